@@ -1,0 +1,95 @@
+"""Triton backend: availability checks and the registration of its op library.
+
+Nothing here imports triton. Availability comes from package metadata; the kernels live in
+``dsls.triton.kernels`` and are imported by each impl on its first call.
+
+With ``PYTHON_NATIVE_TRITON_INTERPRET=1`` (or Triton's own ``TRITON_INTERPRET=1``) the backend is
+available without a GPU: overrides sit at the CPU dispatch key and Triton's interpreter runs the
+very same kernels on CPU tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from packaging.version import Version
+
+from python_native import dsl_support, env
+
+NAME = "triton"
+MINIMUM_VERSION = Version("3.6")
+
+
+def interpret_mode() -> bool:
+    """Whether kernels run through Triton's CPU interpreter instead of on a GPU."""
+    return env.triton_interpret()
+
+
+def dispatch_key() -> str:
+    """The backend key this DSL's overrides are installed at."""
+    return "CPU" if interpret_mode() else "CUDA"
+
+
+def device_type() -> str:
+    """The tensor device type this DSL's kernels accept (what every cond checks)."""
+    return "cpu" if interpret_mode() else "cuda"
+
+
+def runtime_version() -> Version | None:
+    return dsl_support.installed_version("triton")
+
+
+@functools.cache
+def _install_problem() -> str | None:
+    version = runtime_version()
+    if version is None or not dsl_support.module_importable("triton"):
+        return "triton not installed"
+    return dsl_support.version_problem("triton", version, MINIMUM_VERSION)
+
+
+def unavailable_reason() -> str | None:
+    """Why the backend cannot run kernels here, or None when it can."""
+    problem = _install_problem()
+    if problem is not None:
+        return problem
+    if interpret_mode():
+        return None
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return "no CUDA device (torch is a CPU build)"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    return None
+
+
+def runtime_available() -> bool:
+    return unavailable_reason() is None
+
+
+def can_register() -> bool:
+    """Whether overrides can be installed: cheaper than availability, no CUDA probe at import."""
+    if _install_problem() is not None:
+        return False
+    if interpret_mode():
+        return True
+    import torch
+
+    return torch.backends.cuda.is_built()
+
+
+def register_overrides() -> list:
+    """Install every op of the library at this backend's key; returns the handles."""
+    if interpret_mode():
+        # Triton reads this when it is first imported, which happens at the first kernel call.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from python_native import register_op_override
+
+    from .ops import all_overrides
+
+    key = dispatch_key()
+    return [
+        register_op_override(NAME, "aten", spec.op, key, spec.cond, spec.impl, **spec.options)
+        for spec in all_overrides()
+    ]

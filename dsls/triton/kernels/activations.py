@@ -1,0 +1,85 @@
+"""Elementwise SiLU and GELU (exact and tanh), forward and backward, computed in fp32.
+
+Inputs are processed as flat arrays (the op layer only accepts dense layouts shared by every
+operand), in large blocks so each thread moves several vectors per load.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, on_device
+
+SILU = 0
+GELU = 1
+GELU_TANH = 2
+
+_SQRT1_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
+_INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
+_SQRT_2_PI = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
+_TANH_COEF = tl.constexpr(0.044715)
+
+
+@triton.jit
+def _tanh(u):
+    # Portable across backends and the interpreter; exact to fp32 rounding for small |u|.
+    e = tl.exp(-2.0 * tl.abs(u))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(u < 0, -t, t)
+
+
+@triton.jit
+def _act_fwd_kernel(X, Y, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
+    if ACT == 0:
+        y = x / (1.0 + tl.exp(-x))
+    elif ACT == 1:
+        y = 0.5 * x * (1.0 + tl.erf(x * _SQRT1_2))
+    else:
+        y = 0.5 * x * (1.0 + _tanh(_SQRT_2_PI * (x + _TANH_COEF * x * x * x)))
+    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _act_bwd_kernel(DY, X, DX, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offs, mask=ok, other=0.0).to(tl.float32)
+    if ACT == 0:
+        s = 1.0 / (1.0 + tl.exp(-x))
+        d = s * (1.0 + x * (1.0 - s))
+    elif ACT == 1:
+        cdf = 0.5 * (1.0 + tl.erf(x * _SQRT1_2))
+        d = cdf + x * _INV_SQRT_2PI * tl.exp(-0.5 * x * x)
+    else:
+        x2 = x * x
+        t = _tanh(_SQRT_2_PI * (x + _TANH_COEF * x2 * x))
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_PI * (1.0 + 3.0 * _TANH_COEF * x2)
+    tl.store(DX + offs, (dy * d).to(DX.dtype.element_ty), mask=ok)
+
+
+def _grid(n: int) -> tuple[int]:
+    return (triton.cdiv(n, ELEMENTWISE_BLOCK),)
+
+
+def forward(x: torch.Tensor, act: int) -> torch.Tensor:
+    """``act(x)`` into a tensor with ``x``'s shape and strides (``x`` must be dense)."""
+    y = torch.empty_like(x)
+    n = x.numel()
+    with on_device(x):
+        _act_fwd_kernel[_grid(n)](x, y, n, ACT=act, BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+    return y
+
+
+def backward(dy: torch.Tensor, x: torch.Tensor, act: int) -> torch.Tensor:
+    """``dy * act'(x)``; ``dy`` and ``x`` must be dense with identical strides."""
+    dx = torch.empty_like(x)
+    n = x.numel()
+    with on_device(x):
+        _act_bwd_kernel[_grid(n)](dy, x, dx, n, ACT=act, BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+    return dx

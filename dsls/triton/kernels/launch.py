@@ -1,0 +1,62 @@
+"""Launch parameters shared by the kernels, computed once per shape class and cached."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import torch
+import triton
+
+from dsls.triton.ops._layout import MAX_NORM_COLS
+
+# Widest row a single program holds in registers; longer rows decline (norms) or loop (softmax).
+MAX_ROW_BLOCK = MAX_NORM_COLS
+# Elements per program for short rows: enough rows are packed together to fill the tile.
+ROW_TILE = 2048
+# Elements per program for elementwise kernels: 16 per thread at 8 warps.
+ELEMENTWISE_BLOCK = 4096
+ELEMENTWISE_WARPS = 8
+
+
+class RowConfig(NamedTuple):
+    block_m: int  # rows per program
+    block_n: int  # columns per program: the whole row, rounded up to a power of two
+    num_warps: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_config(n_cols: int, rows_hint: int) -> RowConfig:
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = min(max(1, ROW_TILE // block_n), rows_hint)
+    num_warps = min(16, max(2, block_m * block_n // 512))
+    return RowConfig(block_m, block_n, num_warps)
+
+
+def row_config(n_rows: int, n_cols: int) -> RowConfig:
+    """Tile for a row-wise kernel; ``n_rows`` only caps how many rows share a program."""
+    return _row_config(n_cols, min(triton.next_power_of_2(n_rows), ROW_TILE))
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def program_slots(device: torch.device) -> int:
+    """How many persistent programs fill the device (a few per SM; a handful in the interpreter)."""
+    if device.type != "cuda":
+        return 4
+    return 4 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@contextlib.contextmanager
+def on_device(t: torch.Tensor) -> Iterator[None]:
+    """Make ``t``'s GPU current while launching: Triton launches on the current device."""
+    if t.device.type == "cuda" and t.device.index is not None and t.device.index != torch.cuda.current_device():
+        with torch.cuda.device(t.device.index):
+            yield
+    else:
+        yield

@@ -1,0 +1,172 @@
+"""Layer norm and RMS norm over rows held whole in registers, forward and backward.
+
+Both norms share one kernel pair: RMS norm is layer norm without the mean (``IS_RMS``). Each
+program normalizes ``BLOCK_M`` rows at once, so short rows still fill a tile. The backward
+programs are persistent: each walks a strided set of row blocks and keeps its share of the
+weight and bias gradients in fp32 registers, written once as a partial sum per program.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dsls.triton.ops._layout import Rows
+
+from .launch import on_device, program_slots, row_config
+
+
+@triton.jit
+def _norm_fwd_kernel(
+    X, W, B, Y, MEAN, RSTD,
+    n_rows, n_cols, stride_xm, stride_xn, eps,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_ok = rows < n_rows
+    col_ok = cols < n_cols
+    mask = row_ok[:, None] & col_ok[None, :]
+    rows = rows.to(tl.int64)
+
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+    x = x.to(tl.float32)
+    if IS_RMS:
+        xc = x
+    else:
+        mean = tl.sum(x, axis=1) / n_cols
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    tl.store(RSTD + rows, rstd.to(RSTD.dtype.element_ty), mask=row_ok)
+
+    y = xc * rstd[:, None]
+    if HAS_W:
+        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_B:
+        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(Y + rows[:, None] * n_cols + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_bwd_kernel(
+    DY, X, W, MEAN, RSTD, DX, DW, DB,
+    n_rows, n_cols, stride_dym, stride_dyn, stride_xm, stride_xn,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+
+    for start in range(pid * BLOCK_M, n_rows, tl.num_programs(0) * BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows = rows.to(tl.int64)
+        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+        x = x.to(tl.float32)
+        dy = dy.to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if IS_RMS:
+            xhat = x * rstd[:, None]
+        else:
+            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+
+        if NEED_DX:
+            if HAS_W:
+                g = dy * w[None, :]
+            else:
+                g = dy
+            c1 = tl.sum(xhat * g, axis=1) / n_cols
+            if IS_RMS:
+                dx = (g - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.sum(g, axis=1) / n_cols
+                dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if NEED_DW:
+            dw += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db += tl.sum(dy, axis=0)
+
+    if NEED_DW:
+        tl.store(DW + pid * n_cols + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(DB + pid * n_cols + cols, db, mask=col_ok)
+
+
+def forward(
+    x: torch.Tensor,
+    rows: Rows,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    stats_dtype: torch.dtype,
+    rms: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Normalize ``x`` seen as ``rows``: ``(y [M, N] contiguous, mean [M] or None, rstd [M])``."""
+    m, n = rows.n_rows, rows.n_cols
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    rstd = torch.empty((m,), dtype=stats_dtype, device=x.device)
+    mean = None if rms else torch.empty((m,), dtype=stats_dtype, device=x.device)
+    cfg = row_config(m, n)
+    with on_device(x):
+        _norm_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+            x, x if weight is None else weight, x if bias is None else bias, y,
+            rstd if mean is None else mean, rstd,
+            m, n, rows.row_stride, rows.col_stride, eps,
+            IS_RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        )
+    return y, mean, rstd
+
+
+def backward(
+    dy: torch.Tensor,
+    dy_rows: Rows,
+    x: torch.Tensor,
+    x_rows: Rows,
+    mean: torch.Tensor | None,
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    need: tuple[bool, bool, bool],
+    rms: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients ``(dx [M, N], dw [N] fp32, db [N] fp32)``; entries not in ``need`` are None.
+
+    ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
+    """
+    need_dx, need_dw, need_db = need
+    if not any(need):
+        return None, None, None
+    m, n = x_rows.n_rows, x_rows.n_cols
+    cfg = row_config(m, n)
+    blocks = triton.cdiv(m, cfg.block_m)
+    programs = min(blocks, program_slots(x.device)) if (need_dw or need_db) else blocks
+    dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
+    dw = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_dw else None
+    db = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_db else None
+    with on_device(x):
+        _norm_bwd_kernel[(programs,)](
+            dy, x, x if weight is None else weight, rstd if mean is None else mean, rstd,
+            x if dx is None else dx, rstd if dw is None else dw, rstd if db is None else db,
+            m, n, dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride,
+            IS_RMS=rms, HAS_W=weight is not None,
+            NEED_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        )
+    return (
+        dx,
+        None if dw is None else dw.sum(0),
+        None if db is None else db.sum(0),
+    )

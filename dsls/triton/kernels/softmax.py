@@ -1,0 +1,164 @@
+"""Softmax and log-softmax over rows, forward and backward.
+
+Rows up to ``MAX_ROW_BLOCK`` wide are held whole in registers, several short rows per program.
+Longer rows (vocabulary-sized log-softmax) take one program per row that streams the row in
+chunks: an online max/sum pass, then a pass that writes the result.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dsls.triton.ops._layout import Rows
+
+from .launch import MAX_ROW_BLOCK, on_device, row_config
+
+# Chunk width and warps for the streaming kernels.
+LOOP_BLOCK = 4096
+LOOP_WARPS = 16
+
+
+@triton.jit
+def _softmax_fwd_kernel(
+    X, Y, n_rows, n_cols, stride_xm, stride_xn,
+    LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    mask = (rows < n_rows)[:, None] & col_ok[None, :]
+    rows = rows.to(tl.int64)
+
+    x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+    x = tl.where(col_ok[None, :], x.to(tl.float32), float("-inf"))
+    z = x - tl.max(x, axis=1)[:, None]
+    e = tl.exp(z)
+    total = tl.sum(e, axis=1)
+    if LOG:
+        y = z - tl.log(total)[:, None]
+    else:
+        y = e / total[:, None]
+    tl.store(Y + rows[:, None] * n_cols + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_fwd_looped_kernel(X, Y, n_cols, stride_xm, stride_xn, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_xm
+    y_row = Y + row * n_cols
+    # Per-lane running max and sum of exp(x - max); lanes that saw only -inf keep a zero sum.
+    m = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - ref) + tl.exp(x - ref)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    ref = tl.where(row_max == float("-inf"), 0.0, row_max)
+    total = tl.sum(s * tl.exp(m - ref), axis=0)
+    log_total = tl.log(total)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        z = tl.load(x_row + cols * stride_xn, mask=ok, other=0.0).to(tl.float32) - row_max
+        if LOG:
+            y = z - log_total
+        else:
+            y = tl.exp(z) / total
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _softmax_bwd_kernel(
+    DY, Y, DX, n_rows, n_cols, stride_dym, stride_dyn, stride_ym, stride_yn,
+    LOG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    rows = rows.to(tl.int64)
+
+    dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+    y = tl.load(Y + rows[:, None] * stride_ym + cols[None, :] * stride_yn, mask=mask, other=0.0)
+    dy = dy.to(tl.float32)
+    y = y.to(tl.float32)
+    if LOG:
+        dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
+    else:
+        dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
+    tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_looped_kernel(
+    DY, Y, DX, n_cols, stride_dym, stride_dyn, stride_ym, stride_yn,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    dy_row = DY + row * stride_dym
+    y_row = Y + row * stride_ym
+    dx_row = DX + row * n_cols
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
+        if LOG:
+            acc += dy
+        else:
+            acc += dy * tl.load(y_row + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
+    dot = tl.sum(acc, axis=0)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(y_row + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
+        if LOG:
+            dx = dy - tl.exp(y) * dot
+        else:
+            dx = y * (dy - dot)
+        tl.store(dx_row + cols, dx.to(DX.dtype.element_ty), mask=ok)
+
+
+def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
+    """(Log-)softmax of each row of ``x``: a contiguous ``[M, N]`` tensor of ``out_dtype``."""
+    m, n = rows.n_rows, rows.n_cols
+    y = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    with on_device(x):
+        if triton.next_power_of_2(n) <= MAX_ROW_BLOCK:
+            cfg = row_config(m, n)
+            _softmax_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+                x, y, m, n, rows.row_stride, rows.col_stride,
+                LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+            )
+        else:
+            _softmax_fwd_looped_kernel[(m,)](
+                x, y, n, rows.row_stride, rows.col_stride, LOG=log, BLOCK_N=LOOP_BLOCK, num_warps=LOOP_WARPS
+            )
+    return y
+
+
+def backward(
+    dy: torch.Tensor, dy_rows: Rows, y: torch.Tensor, y_rows: Rows, out_dtype: torch.dtype, log: bool
+) -> torch.Tensor:
+    """Input gradient of (log-)softmax from its output ``y``: a contiguous ``[M, N]`` tensor."""
+    m, n = y_rows.n_rows, y_rows.n_cols
+    dx = torch.empty((m, n), dtype=out_dtype, device=y.device)
+    strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
+    with on_device(y):
+        if triton.next_power_of_2(n) <= MAX_ROW_BLOCK:
+            cfg = row_config(m, n)
+            _softmax_bwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+                dy, y, dx, m, n, *strides,
+                LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+            )
+        else:
+            _softmax_bwd_looped_kernel[(m,)](
+                dy, y, dx, n, *strides, LOG=log, BLOCK_N=LOOP_BLOCK, num_warps=LOOP_WARPS
+            )
+    return dx

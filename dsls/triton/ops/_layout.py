@@ -1,0 +1,146 @@
+"""Shape and stride checks shared by the conds and impls (metadata only, FakeTensor safe).
+
+Row kernels see a tensor as ``n_rows x n_cols`` with one stride per axis. Any tensor whose
+leading dims and whose reduced dims each collapse to one evenly strided axis fits, which covers
+contiguous tensors, row slices of wider buffers and the all-zero strides of expanded gradients
+without a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+import dsls.triton as backend
+
+FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+# Offsets within a row (and within a flat elementwise launch) are int32 in the kernels, rows are
+# addressed with int64. The headroom keeps the last block's masked lanes from wrapping around.
+MAX_INDEX = 2**31 - 2**20
+# Longest row the single-block norm kernels hold in registers (must match kernels.launch).
+MAX_NORM_COLS = 16384
+
+
+class Rows(NamedTuple):
+    """A tensor viewed as a strided matrix."""
+
+    n_rows: int
+    n_cols: int
+    row_stride: int
+    col_stride: int
+
+
+def on_backend(*tensors: torch.Tensor | None) -> bool:
+    """Every given tensor lives on the device the kernels run on (None entries are skipped)."""
+    device = backend.device_type()
+    return all(t is None or t.device.type == device for t in tensors)
+
+
+def float_dtype(t: torch.Tensor) -> bool:
+    return t.dtype in FLOAT_DTYPES
+
+
+def collapse(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int] | None:
+    """``(numel, stride)`` when the dims form a single evenly strided axis, else None."""
+    numel, stride, expected = 1, None, 0
+    for size, step in zip(reversed(sizes), reversed(strides)):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = step
+        elif step != expected:
+            return None
+        expected = step * size
+        numel *= size
+    return numel, 1 if stride is None else stride
+
+
+def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
+    """View ``t`` as rows of its last ``n_inner`` dims, or None when no single stride pair fits."""
+    if n_inner < 1 or n_inner > t.ndim:
+        return None
+    axis = t.ndim - n_inner
+    sizes, strides = tuple(t.shape), t.stride()
+    inner = collapse(sizes[axis:], strides[axis:])
+    outer = collapse(sizes[:axis], strides[:axis])
+    if inner is None or outer is None:
+        return None
+    return Rows(outer[0], inner[0], outer[1], inner[1])
+
+
+def reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
+    """Rows for a reduction over ``dim`` alone: every later dim must have size 1."""
+    if t.ndim == 0 or not -t.ndim <= dim < t.ndim:
+        return None
+    dim %= t.ndim
+    if any(size != 1 for size in t.shape[dim + 1 :]):
+        return None
+    return as_rows(t, t.ndim - dim)
+
+
+def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | None:
+    """First normalized dim when ``t`` ends with ``normalized_shape``, else None."""
+    n = len(normalized_shape)
+    if n == 0 or n > t.ndim or tuple(t.shape[t.ndim - n :]) != tuple(normalized_shape):
+        return None
+    return t.ndim - n
+
+
+def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int]) -> Rows | None:
+    """Rows of a float ``x`` normalized over its trailing ``normalized_shape``, when the
+    single-block norm kernels handle them, else None."""
+    if not (float_dtype(x) and fits_index(x)) or normalized_axis(x, normalized_shape) is None:
+        return None
+    rows = as_rows(x, len(normalized_shape))
+    return rows if row_fits(rows) and rows.n_cols <= MAX_NORM_COLS else None
+
+
+def stats_ok(stat: torch.Tensor, x: torch.Tensor, n_rows: int) -> bool:
+    """Saved per-row statistics the backward kernels can read as a flat vector."""
+    return stat.numel() == n_rows and stat.dtype in (x.dtype, torch.float32) and stat.is_contiguous()
+
+
+def stat_shape(t: torch.Tensor, axis: int) -> list[int]:
+    """Shape of per-row statistics as aten returns them: leading dims kept, the rest size 1."""
+    return [*t.shape[:axis], *([1] * (t.ndim - axis))]
+
+
+def is_param(p: torch.Tensor | None, shape: Sequence[int], dtype: torch.dtype) -> bool:
+    """An optional affine parameter: absent, or contiguous with the expected shape and dtype."""
+    return p is None or (tuple(p.shape) == tuple(shape) and p.dtype == dtype and p.is_contiguous())
+
+
+def same_rows(a: Rows, b: Rows) -> bool:
+    return a.n_rows == b.n_rows and a.n_cols == b.n_cols
+
+
+def row_fits(r: Rows | None) -> bool:
+    """A non-empty row view whose in-row offsets stay within int32."""
+    return r is not None and r.n_rows > 0 and 0 < r.n_cols and (r.n_cols - 1) * r.col_stride <= MAX_INDEX
+
+
+def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:
+    """``t`` covers its memory densely without overlap and ``others`` share its shape and strides.
+
+    Such tensors can be processed as flat arrays from their first element, in any dim order
+    (contiguous, channels-last, transposed, ...).
+    """
+    if any(o.shape != t.shape or o.stride() != t.stride() for o in others):
+        return False
+    if t.is_contiguous():
+        return True
+    dims = sorted((step, size) for size, step in zip(t.shape, t.stride()) if size != 1)
+    expected = 1
+    for step, size in dims:
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
+def fits_index(t: torch.Tensor) -> bool:
+    """Non-empty and small enough for the kernels' index arithmetic."""
+    return 0 < t.numel() <= MAX_INDEX

@@ -1,0 +1,96 @@
+"""``native_layer_norm`` and ``native_layer_norm_backward`` on the Triton row kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import OverrideSpec
+from ._layout import as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
+
+Tensor = torch.Tensor
+
+
+def _stats_dtype(x: Tensor) -> torch.dtype:
+    # aten keeps half-precision statistics in the input dtype on CPU and in fp32 on CUDA.
+    return x.dtype if x.device.type == "cpu" else torch.float32
+
+
+def layer_norm_cond(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> bool:
+    return (
+        on_backend(input, weight, bias)
+        and norm_rows(input, normalized_shape) is not None
+        and is_param(weight, normalized_shape, input.dtype)
+        and is_param(bias, normalized_shape, input.dtype)
+    )
+
+
+def layer_norm_impl(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    from dsls.triton.kernels import norm
+
+    rows = as_rows(input, len(normalized_shape))
+    y, mean, rstd = norm.forward(input, rows, weight, bias, eps, _stats_dtype(input), rms=False)
+    shape = stat_shape(input, input.ndim - len(normalized_shape))
+    return y.view(input.shape), mean.view(shape), rstd.view(shape)
+
+
+def layer_norm_backward_cond(
+    grad_out: Tensor,
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    mean: Tensor,
+    rstd: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    output_mask: Sequence[bool],
+) -> bool:
+    if not on_backend(grad_out, input, mean, rstd, weight, bias):
+        return False
+    rows = norm_rows(input, normalized_shape)
+    if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
+        return False
+    if not (is_param(weight, normalized_shape, input.dtype) and is_param(bias, normalized_shape, input.dtype)):
+        return False
+    # A parameter gradient is only asked for a parameter that exists.
+    if (output_mask[1] and weight is None) or (output_mask[2] and bias is None):
+        return False
+    return (
+        stats_ok(mean, input, rows.n_rows)
+        and stats_ok(rstd, input, rows.n_rows)
+        and row_fits(as_rows(grad_out, len(normalized_shape)))
+    )
+
+
+def layer_norm_backward_impl(
+    grad_out: Tensor,
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    mean: Tensor,
+    rstd: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    output_mask: Sequence[bool],
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    from dsls.triton.kernels import norm
+
+    n_inner = len(normalized_shape)
+    need = (bool(output_mask[0]), bool(output_mask[1]), bool(output_mask[2]))
+    dx, dw, db = norm.backward(
+        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, rms=False
+    )
+    return (
+        None if dx is None else dx.view(input.shape),
+        None if dw is None else dw.view(weight.shape).to(weight.dtype),
+        None if db is None else db.view(bias.shape).to(bias.dtype),
+    )
+
+
+OVERRIDES = [
+    OverrideSpec("native_layer_norm", layer_norm_cond, layer_norm_impl),
+    OverrideSpec("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl),
+]

@@ -1,0 +1,86 @@
+"""``_fused_rms_norm`` and ``_fused_rms_norm_backward`` on the Triton row kernels.
+
+``F.rms_norm`` reaches ``aten::rms_norm``, a composite that calls ``_fused_rms_norm`` unless the
+input is channels-last, complex, or its weight has another dtype. On CUDA builds both ops have
+CUDA kernels that these override. On CPU builds ``_fused_rms_norm`` is only a composite, but once
+a CPU kernel is registered its autograd formula takes over, so the forward and
+``_fused_rms_norm_backward`` both reach the CPU overrides in interpreter mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import OverrideSpec
+from ._layout import as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
+
+Tensor = torch.Tensor
+
+# aten's default when eps is None: the epsilon of the fp32 accumulation type.
+DEFAULT_EPS = torch.finfo(torch.float32).eps
+
+
+def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> bool:
+    return (
+        on_backend(input, weight)
+        and norm_rows(input, normalized_shape) is not None
+        and is_param(weight, normalized_shape, input.dtype)
+    )
+
+
+def rms_norm_impl(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None
+) -> tuple[Tensor, Tensor]:
+    from dsls.triton.kernels import norm
+
+    rows = as_rows(input, len(normalized_shape))
+    eps = DEFAULT_EPS if eps is None else eps
+    y, _, rstd = norm.forward(input, rows, weight, None, eps, torch.float32, rms=True)
+    return y.view(input.shape), rstd.view(stat_shape(input, input.ndim - len(normalized_shape)))
+
+
+def rms_norm_backward_cond(
+    grad_out: Tensor,
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    rstd: Tensor,
+    weight: Tensor | None,
+    output_mask: Sequence[bool],
+) -> bool:
+    if not on_backend(grad_out, input, rstd, weight):
+        return False
+    rows = norm_rows(input, normalized_shape)
+    if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
+        return False
+    if not is_param(weight, normalized_shape, input.dtype) or (output_mask[1] and weight is None):
+        return False
+    return stats_ok(rstd, input, rows.n_rows) and row_fits(as_rows(grad_out, len(normalized_shape)))
+
+
+def rms_norm_backward_impl(
+    grad_out: Tensor,
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    rstd: Tensor,
+    weight: Tensor | None,
+    output_mask: Sequence[bool],
+) -> tuple[Tensor | None, Tensor | None]:
+    from dsls.triton.kernels import norm
+
+    n_inner = len(normalized_shape)
+    need = (bool(output_mask[0]), bool(output_mask[1]), False)
+    dx, dw, _ = norm.backward(
+        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, rms=True
+    )
+    return (
+        None if dx is None else dx.view(input.shape),
+        None if dw is None else dw.view(weight.shape).to(weight.dtype),
+    )
+
+
+OVERRIDES = [
+    OverrideSpec("_fused_rms_norm", rms_norm_cond, rms_norm_impl),
+    OverrideSpec("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl),
+]

@@ -1,0 +1,149 @@
+"""python-native: DSL-written replacements for aten operators, and one panel to control them.
+
+``import torch`` mounts this module at ``torch.backends.python_native`` (through torch's
+``torch.backends`` entry-point group); ``import python_native`` returns the same object::
+
+    import torch.backends.python_native as pn
+
+    pn.all_dsls, pn.available_dsls
+    with pn.triton.disabled(): ...
+    with pn.operations_disabled("bmm"): ...
+    with pn.trace() as t: ...
+
+Importing never imports a DSL runtime: kernels load on the first call that needs them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+from python_native import _module, dsl_registry, speckey
+from python_native.controller import DSLController, Scope, dispatch_key_names, op_names
+from python_native.registry import REGISTRY, Cond, Impl, OrderFn, OverrideHandle
+from python_native.tracing import Trace, TraceEvent
+
+__version__ = "0.1.0"
+
+__all__ = list(_module.PUBLIC_API)
+
+
+def register_dsl(name: str, module) -> None:
+    """Register a DSL: ``module`` has ``runtime_available()`` and ``runtime_version()``."""
+    dsl_registry.register_dsl(name, module)
+
+
+def register_op_override(
+    dsl: str,
+    lib_symbol: str,
+    op_symbol: str,
+    dispatch_key: str,
+    cond: Cond | None,
+    impl: Impl,
+    *,
+    unconditional_override: bool = False,
+    priority: int = 0,
+    derive_variants: bool | Iterable[str] = False,
+) -> OverrideHandle:
+    """Route ``lib_symbol::op_symbol`` at ``dispatch_key`` to ``impl`` whenever ``cond`` accepts.
+
+    ``cond`` and ``impl`` receive the op's arguments as its schema declares them (keyword-only
+    ones as keywords, defaults filled in). Calls no cond accepts run the kernel the dispatcher
+    had before. Higher ``priority`` runs first; ties run in registration order.
+    ``derive_variants=True`` (or ``("inplace", "out")``) also routes the op's in-place and
+    ``out=`` variants to the same cond and impl, finished by a generated epilogue.
+    """
+    return REGISTRY.register(
+        dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
+        unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
+    )
+
+
+def get_dsl_operations(dsl_name: str) -> list[str]:
+    """Sorted op symbols ``dsl_name`` overrides; ``[]`` for an unknown DSL."""
+    return REGISTRY.dsl_operations(dsl_name)
+
+
+def overrides() -> list[OverrideHandle]:
+    """Every registered override, slot by slot, in routing order."""
+    return REGISTRY.overrides()
+
+
+def disable_operations(*op_symbols: str) -> None:
+    """Stop routing these ops (``"add"``: every overload; ``"add.Tensor"``: that one)."""
+    REGISTRY.disable("op", op_names(op_symbols))
+
+
+def enable_operations(*op_symbols: str) -> None:
+    """Route these ops again, lifting explicit disables and open scopes alike."""
+    REGISTRY.enable("op", op_names(op_symbols))
+
+
+def operations_disabled(*op_symbols: str) -> Scope:
+    """Context manager: these ops run aten's kernels inside the block."""
+    return Scope("op", op_names(op_symbols))
+
+
+def disable_dispatch_keys(*dispatch_keys: str) -> None:
+    """Stop routing every override installed at these keys (``"CUDA"``, ``"CPU"``, ...)."""
+    REGISTRY.disable("key", dispatch_key_names(dispatch_keys))
+
+
+def enable_dispatch_keys(*dispatch_keys: str) -> None:
+    REGISTRY.enable("key", dispatch_key_names(dispatch_keys))
+
+
+def dispatch_keys_disabled(*dispatch_keys: str) -> Scope:
+    """Context manager: overrides at these keys are off inside the block."""
+    return Scope("key", dispatch_key_names(dispatch_keys))
+
+
+def is_operation_disabled(op_symbol: str) -> bool:
+    """Whether ``op_symbol`` is off (a qualified name is also off when its bare name is)."""
+    (name,) = op_names((op_symbol,))
+    packet = name.partition(".")[0]
+    return REGISTRY.is_off("op", name) or REGISTRY.is_off("op", packet)
+
+
+def is_dsl_disabled(dsl_name: str) -> bool:
+    return REGISTRY.is_off("dsl", dsl_name)
+
+
+def is_dispatch_key_disabled(dispatch_key: str) -> bool:
+    (name,) = dispatch_key_names((dispatch_key,))
+    return REGISTRY.is_off("key", name)
+
+
+def reorder_overrides(fn: OrderFn | None) -> None:
+    """Reorder every slot with ``fn(op_symbol, dispatch_key, overrides) -> overrides``.
+
+    ``fn`` gets each slot's overrides in default order (priority, then registration) and must
+    return a permutation of them; ``None`` restores the default order.
+    """
+    REGISTRY.reorder(fn)
+
+
+def router_source(op_symbol: str, dispatch_key: str, lib_symbol: str = "aten") -> str:
+    """Source of the router the dispatcher runs now for ``lib_symbol::op_symbol`` at ``dispatch_key``."""
+    return REGISTRY.router_source(op_symbol, dispatch_key, lib_symbol)
+
+
+def trace() -> Trace:
+    """Context manager recording one ``TraceEvent`` per routed call while it is open."""
+    return REGISTRY.trace()
+
+
+def status() -> dict:
+    """Everything the status report shows, as plain data."""
+    from python_native import report
+
+    return report.collect()
+
+
+_module.mount(sys.modules[__name__])
+
+from python_native import _bootstrap  # noqa: E402  (needs the API above)
+
+_bootstrap.load_builtin_dsls()
+
+del sys, Iterable

@@ -1,0 +1,74 @@
+"""The module type of ``python_native``, and its mounting at ``torch.backends.python_native``.
+
+``python_native`` is a module whose class adds the attributes that must be computed on access
+(``all_dsls``, ``available_dsls``) and ``pn.<dsl>`` controllers, like torch's own backend
+modules. Mounting puts that same module object at ``torch.backends.python_native``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from functools import cache
+
+PUBLIC_API = (
+    "all_dsls", "available_dsls", "get_dsl_operations", "register_dsl", "register_op_override",
+    "disable_operations", "enable_operations", "operations_disabled",
+    "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled",
+    "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
+    "reorder_overrides", "overrides", "router_source", "trace", "status",
+    "DSLController", "OverrideHandle", "Trace", "TraceEvent", "speckey",
+)
+RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
+
+
+@cache
+def controller(name: str):
+    from python_native.controller import DSLController
+
+    return DSLController(name)
+
+
+class PythonNativeModule(types.ModuleType):
+    """``pn`` itself: a module with computed attributes and one controller per DSL."""
+
+    @property
+    def all_dsls(self) -> list[str]:
+        from python_native import dsl_registry
+
+        return dsl_registry.names()
+
+    @property
+    def available_dsls(self) -> list[str]:
+        from python_native import dsl_registry
+
+        return [name for name in dsl_registry.names() if dsl_registry.available(name)]
+
+    def __getattr__(self, name: str):
+        # Dunders are looked up during imports (inspect, pickling): never resolve them as DSLs.
+        if not (name.startswith("__") and name.endswith("__")):
+            from python_native import dsl_registry
+
+            if dsl_registry.is_known(name):
+                return controller(name)
+        raise AttributeError(
+            f"module 'python_native' has no attribute {name!r} (DSLs: {self.all_dsls})"
+            if not name.startswith("__") else f"module 'python_native' has no attribute {name!r}"
+        )
+
+    def __dir__(self) -> list[str]:
+        names = set(super().__dir__()) | set(PUBLIC_API)
+        try:
+            names |= set(self.all_dsls)
+        except Exception:  # a broken third-party DSL must not break dir()
+            pass
+        return sorted(names)
+
+
+def mount(module: types.ModuleType) -> None:
+    """Make ``module`` (python_native itself) the object at ``torch.backends.python_native``."""
+    module.__class__ = PythonNativeModule
+    sys.modules["torch.backends.python_native"] = module
+    backends = sys.modules.get("torch.backends")
+    if backends is not None:
+        setattr(backends, "python_native", module)

@@ -1,0 +1,126 @@
+"""The DSLs python-native knows: built-in backends, ``register_dsl`` calls, and entry points.
+
+A DSL is a module (or any object) with ``runtime_available() -> bool`` and
+``runtime_version() -> Version | None``; ``unavailable_reason() -> str | None`` is optional and
+feeds the status report. Third-party packages announce theirs in the ``python_native.dsls``
+entry-point group (value: a module, or a callable returning one); that group is read the first
+time the DSL list is asked for, never during ``import torch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+from packaging.version import Version
+
+log = logging.getLogger("python_native")
+
+ENTRY_POINT_GROUP = "python_native.dsls"
+
+
+class DSLModule(Protocol):
+    def runtime_available(self) -> bool: ...
+
+    def runtime_version(self) -> Version | None: ...
+
+
+_dsls: dict[str, Any] = {}
+_lock = threading.RLock()
+_entry_points_loaded = False
+
+
+def _check_module(name: str, module: Any) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"DSL name must be a str, got {type(name).__name__}: {name!r}")
+    if not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"DSL name {name!r} must be a public Python identifier (it becomes pn.{name})")
+    missing = [attr for attr in ("runtime_available", "runtime_version") if not callable(getattr(module, attr, None))]
+    if missing:
+        raise TypeError(f"DSL {name!r}: module {module!r} lacks callable {', '.join(missing)}")
+
+
+def register_dsl(name: str, module: Any) -> None:
+    """Make ``name`` a DSL (``pn.<name>``); registering the same module again is a no-op."""
+    _check_module(name, module)
+    from python_native import _module
+
+    if name in _module.RESERVED_NAMES:
+        raise ValueError(f"DSL name {name!r} clashes with python_native's own attribute pn.{name}")
+    with _lock:
+        current = _dsls.get(name)
+        if current is not None and current is not module:
+            raise ValueError(f"DSL {name!r} is already registered by {current!r}")
+        _dsls[name] = module
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    with _lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+                module = obj() if callable(obj) and not hasattr(obj, "runtime_available") else obj
+                register_dsl(ep.name, module)
+            except Exception:
+                log.exception("python_native: could not load DSL entry point %r (%s)", ep.name, ep.value)
+
+
+def names() -> list[str]:
+    """Every DSL name, built-in first, in registration order."""
+    _load_entry_points()
+    return list(_dsls)
+
+
+def get(name: str) -> Any | None:
+    if name not in _dsls:
+        _load_entry_points()
+    return _dsls.get(name)
+
+
+def is_known(name: str) -> bool:
+    return get(name) is not None
+
+
+def available(name: str) -> bool:
+    module = get(name)
+    if module is None:
+        return False
+    try:
+        return bool(module.runtime_available())
+    except Exception:
+        log.exception("python_native: %s.runtime_available() raised", name)
+        return False
+
+
+def version(name: str) -> Version | None:
+    module = get(name)
+    if module is None:
+        return None
+    try:
+        return module.runtime_version()
+    except Exception:
+        log.exception("python_native: %s.runtime_version() raised", name)
+        return None
+
+
+def unavailable_reason(name: str) -> str | None:
+    """Why ``name`` cannot run here (None when it can)."""
+    module = get(name)
+    if module is None:
+        return "not registered"
+    reason_fn = getattr(module, "unavailable_reason", None)
+    if callable(reason_fn):
+        try:
+            return reason_fn()
+        except Exception as e:  # a broken DSL module must not break the report
+            return f"availability check failed: {e!r}"
+    return None if available(name) else "runtime not available"

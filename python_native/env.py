@@ -1,0 +1,54 @@
+"""Environment switches, read where they are consulted so tests and tools can set them.
+
+Each switch has our own name first and the name torch's in-tree ``torch._native`` uses second,
+so a process configured for one is configured for the other.
+"""
+
+from __future__ import annotations
+
+import os
+
+DISABLE_ALL = ("PYTHON_NATIVE_DISABLE", "TORCH_DISABLE_NATIVE_JIT")
+SKIP_VERSION_CHECK = ("PYTHON_NATIVE_SKIP_VERSION_CHECK", "TORCH_NATIVE_SKIP_VERSION_CHECK")
+ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
+DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
+TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
+
+_FALSY = {"", "0", "false", "no", "off"}
+
+
+def _first(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None and value.strip():
+            return value.strip()
+    return None
+
+
+def _flag(names: tuple[str, ...]) -> bool:
+    return any(os.environ.get(name, "").strip().lower() not in _FALSY for name in names)
+
+
+def overrides_disabled() -> bool:
+    """Every override off for the process: registrations are recorded but never routed to."""
+    return _flag(DISABLE_ALL)
+
+
+def skip_version_check() -> bool:
+    """DSL version gates pass whatever version is installed."""
+    return _flag(SKIP_VERSION_CHECK)
+
+
+def order_fn_path() -> str | None:
+    """Dotted path of a user function that orders each slot's overrides."""
+    return _first(ORDER_FN)
+
+
+def dump_dir() -> str | None:
+    """Folder where every generated router is written for debugging."""
+    return _first(DUMP_DIR)
+
+
+def triton_interpret() -> bool:
+    """Run Triton kernels through Triton's interpreter, on CPU tensors."""
+    return _flag(TRITON_INTERPRET)

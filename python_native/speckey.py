@@ -1,0 +1,90 @@
+"""Specialization keys: what a compiled kernel variant depends on, built cheaply per call.
+
+Kernels that compile per shape, dtype or stride look their variant up with ``key(*args)``.
+Exact ``torch.Tensor`` arguments take the fast path (the ``size()`` and ``stride()`` tuples
+themselves, no per-dimension Python loop). Tensor subclasses and FakeTensors take a safe path
+that turns symbolic sizes into their concrete hints, so a FakeTensor and a real tensor of the same
+shape get equal keys.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+_Tensor = torch.Tensor
+
+
+def _concrete(value: Any) -> Hashable:
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, torch.SymInt):
+        hint = value.node.maybe_as_int()
+        if hint is None and getattr(value.node, "hint", None) is not None:
+            hint = value.node.hint
+        return int(hint) if hint is not None else ("sym", str(value))
+    return value
+
+
+def tensor_key(t: torch.Tensor) -> tuple:
+    """``(dtype, device, sizes, strides)`` of ``t``."""
+    if type(t) is _Tensor:
+        return (t.dtype, t.device, t.size(), t.stride())
+    return (
+        t.dtype,
+        t.device,
+        torch.Size(tuple(_concrete(s) for s in t.size())) if _all_ints(t.size()) else tuple(_concrete(s) for s in t.size()),
+        tuple(_concrete(s) for s in t.stride()),
+    )
+
+
+def _all_ints(values: Any) -> bool:
+    return all(isinstance(v, int) or isinstance(_concrete(v), int) for v in values)
+
+
+def key(*args: Any) -> tuple:
+    """A hashable key over ``args``: tensors by layout, sequences by element, others as they are."""
+    return tuple(_arg_key(a) for a in args)
+
+
+def _arg_key(a: Any) -> Hashable:
+    if type(a) is _Tensor:
+        return (a.dtype, a.device, a.size(), a.stride())
+    if isinstance(a, torch.Tensor):
+        return tensor_key(a)
+    if isinstance(a, (list, tuple)):
+        return tuple(_arg_key(x) for x in a)
+    if isinstance(a, torch.SymInt):
+        return _concrete(a)
+    return a
+
+
+class SpecializationCache(Generic[T]):
+    """Compiled variants by specialization key; building a missing one happens once per key."""
+
+    def __init__(self, build: Callable[..., T], max_entries: int = 1024):
+        self._build = build
+        self._entries: dict[Hashable, T] = {}
+        self._lock = threading.Lock()
+        self._max = max_entries
+
+    def get(self, k: Hashable, *build_args: Any) -> T:
+        """The variant for key ``k``, built with ``build(*build_args)`` on first use."""
+        try:
+            return self._entries[k]
+        except KeyError:
+            pass
+        with self._lock:
+            if k not in self._entries:
+                if len(self._entries) >= self._max:
+                    self._entries.clear()
+                self._entries[k] = self._build(*build_args)
+            return self._entries[k]
+
+    def __len__(self) -> int:
+        return len(self._entries)

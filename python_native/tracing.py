@@ -1,0 +1,75 @@
+"""``pn.trace()``: a record of every routed call, paid for only while a trace is open.
+
+Routers without recording run when no trace is open; opening the first trace swaps every slot
+to its recording variant and closing the last one swaps them back (see ``registry``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One routed call: which op, at which key, and whether an override or the fallback ran."""
+
+    op: str
+    dispatch_key: str
+    dsl: str | None
+    outcome: str  # "override" | "fallback"
+    override: str | None  # the override's name, None on fallback
+    thread: int
+
+
+class Trace:
+    """Collects events from every thread while open; ``events`` stays readable after exit."""
+
+    def __init__(self, on_open: Callable[[Trace], None], on_close: Callable[[Trace], None]):
+        self.events: list[TraceEvent] = []
+        self._on_open = on_open
+        self._on_close = on_close
+
+    def __enter__(self) -> Trace:
+        self._on_open(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._on_close(self)
+
+    def ops(self, outcome: str | None = None) -> list[str]:
+        """Op symbols of the recorded events, optionally only those with ``outcome``."""
+        return [e.op for e in self.events if outcome is None or e.outcome == outcome]
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self.events)} events)"
+
+
+class TraceHub:
+    """The set of open traces; routers call ``emit`` with a prebuilt event template."""
+
+    def __init__(self) -> None:
+        self._open: tuple[Trace, ...] = ()
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        return bool(self._open)
+
+    def add(self, trace: Trace) -> bool:
+        """Open ``trace``; True when it is the first one (routers must start recording)."""
+        with self._lock:
+            self._open = (*self._open, trace)
+            return len(self._open) == 1
+
+    def remove(self, trace: Trace) -> bool:
+        """Close ``trace``; True when none is left open (routers may stop recording)."""
+        with self._lock:
+            self._open = tuple(t for t in self._open if t is not trace)
+            return not self._open
+
+    def emit(self, template: tuple[str, str, str | None, str, str | None]) -> None:
+        event = TraceEvent(*template, thread=threading.get_ident())
+        for trace in self._open:
+            trace.events.append(event)
