@@ -25,7 +25,30 @@ from python_native.tracing import Trace, TraceEvent
 
 __version__ = "0.1.0"
 
-__all__ = list(_module.PUBLIC_API)
+__all__ = [
+    "get_dsl_operations",
+    "register_dsl",
+    "register_op_override",
+    "disable_operations",
+    "enable_operations",
+    "operations_disabled",
+    "disable_dispatch_keys",
+    "enable_dispatch_keys",
+    "dispatch_keys_disabled",
+    "is_operation_disabled",
+    "is_dsl_disabled",
+    "is_dispatch_key_disabled",
+    "reorder_overrides",
+    "overrides",
+    "router_source",
+    "trace",
+    "status",
+    "DSLController",
+    "OverrideHandle",
+    "Trace",
+    "TraceEvent",
+    "speckey",
+]
 
 
 def register_dsl(name: str, module) -> None:

@@ -71,4 +71,4 @@ def mount(module: types.ModuleType) -> None:
     sys.modules["torch.backends.python_native"] = module
     backends = sys.modules.get("torch.backends")
     if backends is not None:
-        setattr(backends, "python_native", module)
+        backends.python_native = module

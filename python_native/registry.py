@@ -441,7 +441,9 @@ class Registry:
     def _refresh(self, slot: Slot) -> None:
         """Swap ``slot`` to the router for its currently active overrides."""
         active = [o for o in slot.overrides if self._is_active(o)]
-        source, code = self._variant_code(slot, active, self.traces.active)
+        # A slot whose overrides were all removed is no longer routed: traces skip its calls.
+        traced = self.traces.active and bool(slot.overrides)
+        source, code = self._variant_code(slot, active, traced)
         slot.current_source = source
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code

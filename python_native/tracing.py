@@ -7,8 +7,8 @@ to its recording variant and closing the last one swaps them back (see ``registr
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

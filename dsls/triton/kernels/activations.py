@@ -20,6 +20,7 @@ _SQRT1_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
 _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 _SQRT_2_PI = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi)
 _TANH_COEF = tl.constexpr(0.044715)
+# The constants multiply tensors from the right: the interpreter mishandles constexpr * tensor.
 
 
 @triton.jit
@@ -40,7 +41,7 @@ def _act_fwd_kernel(X, Y, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     elif ACT == 1:
         y = 0.5 * x * (1.0 + tl.erf(x * _SQRT1_2))
     else:
-        y = 0.5 * x * (1.0 + _tanh(_SQRT_2_PI * (x + _TANH_COEF * x * x * x)))
+        y = 0.5 * x * (1.0 + _tanh((x + x * x * x * _TANH_COEF) * _SQRT_2_PI))
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=ok)
 
 
@@ -58,8 +59,8 @@ def _act_bwd_kernel(DY, X, DX, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
         d = cdf + x * _INV_SQRT_2PI * tl.exp(-0.5 * x * x)
     else:
         x2 = x * x
-        t = _tanh(_SQRT_2_PI * (x + _TANH_COEF * x2 * x))
-        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_PI * (1.0 + 3.0 * _TANH_COEF * x2)
+        t = _tanh((x + x2 * x * _TANH_COEF) * _SQRT_2_PI)
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_PI * (1.0 + x2 * _TANH_COEF * 3.0)
     tl.store(DX + offs, (dy * d).to(DX.dtype.element_ty), mask=ok)
 
 

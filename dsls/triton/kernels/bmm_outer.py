@@ -6,11 +6,11 @@ program computes one output tile from two short vectors and stores it.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
+
+from python_native.speckey import SpecializationCache
 
 from .launch import on_device
 
@@ -30,25 +30,29 @@ def _outer_kernel(
     rn = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = rm < M
     n_ok = rn < N
+    rm = rm.to(tl.int64)
     a = tl.load(A + b * stride_ab + rm * stride_am, mask=m_ok, other=0.0).to(tl.float32)
-    c = tl.load(C + b * stride_cb + rn * stride_cn, mask=n_ok, other=0.0).to(tl.float32)
+    c = tl.load(C + b * stride_cb + rn.to(tl.int64) * stride_cn, mask=n_ok, other=0.0).to(tl.float32)
     out = a[:, None] * c[None, :]
-    offs = (b * M + rm.to(tl.int64))[:, None] * N + rn[None, :]
+    offs = (b * M + rm)[:, None] * N + rn[None, :]
     tl.store(OUT + offs, out.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-@functools.lru_cache(maxsize=256)
-def _tile(m_hint: int, n_hint: int) -> tuple[int, int, int]:
+def _build_tile(m_hint: int, n_hint: int) -> tuple[int, int, int]:
     block_n = min(256, n_hint)
     block_m = min(m_hint, max(1, _TILE // block_n))
     return block_m, block_n, 8 if block_m * block_n >= 4096 else 4
+
+
+_TILES: SpecializationCache[tuple[int, int, int]] = SpecializationCache(_build_tile)
 
 
 def outer(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``a [B, M, 1] @ c [B, 1, N]`` as a contiguous ``[B, M, N]`` tensor (any input strides)."""
     batch, m, n = a.shape[0], a.shape[1], c.shape[2]
     out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    block_m, block_n, warps = _tile(triton.next_power_of_2(m), triton.next_power_of_2(n))
+    hints = (triton.next_power_of_2(m), triton.next_power_of_2(n))
+    block_m, block_n, warps = _TILES.get(hints, *hints)
     tiles_m, tiles_n = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
     with on_device(a):
         _outer_kernel[(batch * tiles_m * tiles_n,)](

@@ -11,6 +11,7 @@ import torch
 import triton
 
 from dsls.triton.ops._layout import MAX_NORM_COLS
+from python_native.speckey import SpecializationCache
 
 # Widest row a single program holds in registers; longer rows decline (norms) or loop (softmax).
 MAX_ROW_BLOCK = MAX_NORM_COLS
@@ -27,17 +28,20 @@ class RowConfig(NamedTuple):
     num_warps: int
 
 
-@functools.lru_cache(maxsize=1024)
-def _row_config(n_cols: int, rows_hint: int) -> RowConfig:
+def _build_row_config(n_cols: int, rows_hint: int) -> RowConfig:
     block_n = triton.next_power_of_2(n_cols)
     block_m = min(max(1, ROW_TILE // block_n), rows_hint)
     num_warps = min(16, max(2, block_m * block_n // 512))
     return RowConfig(block_m, block_n, num_warps)
 
 
+_ROW_CONFIGS: SpecializationCache[RowConfig] = SpecializationCache(_build_row_config)
+
+
 def row_config(n_rows: int, n_cols: int) -> RowConfig:
     """Tile for a row-wise kernel; ``n_rows`` only caps how many rows share a program."""
-    return _row_config(n_cols, min(triton.next_power_of_2(n_rows), ROW_TILE))
+    rows_hint = min(triton.next_power_of_2(n_rows), ROW_TILE)
+    return _ROW_CONFIGS.get((n_cols, rows_hint), n_cols, rows_hint)
 
 
 @functools.lru_cache(maxsize=16)

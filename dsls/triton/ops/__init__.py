@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,28 @@ class OverrideSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+def _has_kernel(op: str, key: str) -> bool:
+    import torch
+
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(f"aten::{op}", key)
+
+
 def all_overrides() -> list[OverrideSpec]:
-    """Every override of the library (op modules are light: no triton import)."""
-    return []
+    """Every override of the library (op modules are light: no triton import).
+
+    A family is installed whole or not at all: an override needs a kernel at the dispatch key to
+    fall back to. On CPU builds ``_fused_rms_norm_backward`` has none, and overriding only the
+    forward there would route ``F.rms_norm``'s backward to that missing kernel.
+    """
+    from dsls.triton import dispatch_key
+
+    from . import activations, bmm, layer_norm, rms_norm, softmax
+
+    key = dispatch_key()
+    families = [layer_norm, rms_norm, softmax, activations, bmm]
+    return [
+        spec
+        for family in families
+        if all(_has_kernel(s.op, key) for s in family.OVERRIDES)
+        for spec in family.OVERRIDES
+    ]

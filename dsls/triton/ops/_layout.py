@@ -46,7 +46,7 @@ def float_dtype(t: torch.Tensor) -> bool:
 def collapse(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int] | None:
     """``(numel, stride)`` when the dims form a single evenly strided axis, else None."""
     numel, stride, expected = 1, None, 0
-    for size, step in zip(reversed(sizes), reversed(strides)):
+    for size, step in zip(reversed(sizes), reversed(strides), strict=True):
         if size == 1:
             continue
         if stride is None:
@@ -132,7 +132,7 @@ def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:
         return False
     if t.is_contiguous():
         return True
-    dims = sorted((step, size) for size, step in zip(t.shape, t.stride()) if size != 1)
+    dims = sorted((step, size) for size, step in zip(t.shape, t.stride(), strict=True) if size != 1)
     expected = 1
     for step, size in dims:
         if step != expected:

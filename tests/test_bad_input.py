@@ -1,0 +1,97 @@
+"""Bad input gets clear errors, and a failing registration changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import python_native as pn
+from conftest import TEST_DSL, always, marked_sub
+from python_native.registry import REGISTRY
+
+
+def register(*args, **kwargs):
+    return pn.register_op_override(*args, **kwargs)
+
+
+@pytest.mark.parametrize("key", ["Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd"])
+def test_non_backend_keys_rejected(key):
+    with pytest.raises(ValueError, match=key):
+        register(TEST_DSL, "aten", "sub.Tensor", key, always, marked_sub)
+
+
+def test_bad_names_rejected():
+    with pytest.raises(ValueError, match="does not exist.*did you mean"):
+        register(TEST_DSL, "aten", "subb.Tensor", "CPU", always, marked_sub)
+    with pytest.raises(ValueError, match="'prims'.*allowed"):
+        register(TEST_DSL, "prims", "sub", "CPU", always, marked_sub)
+    with pytest.raises(ValueError, match="AutogradCPU"):
+        register(TEST_DSL, "aten", "sub.Tensor", "AutogradCPU", always, marked_sub)
+    with pytest.raises(ValueError, match="'CPUU' is not a dispatch key; did you mean CPU"):
+        register(TEST_DSL, "aten", "sub.Tensor", "CPUU", always, marked_sub)
+    with pytest.raises(ValueError, match="unknown DSL 'nodsl'"):
+        register("nodsl", "aten", "sub.Tensor", "CPU", always, marked_sub)
+    with pytest.raises(ValueError, match="CompositeImplicitAutograd"):
+        register(TEST_DSL, "aten", "rms_norm", "CPU", always, marked_sub)
+
+
+def test_bad_callables_and_types_rejected():
+    with pytest.raises(ValueError, match="unconditional_override=True"):
+        register(TEST_DSL, "aten", "sub.Tensor", "CPU", None, marked_sub)
+    with pytest.raises(TypeError, match="cond must be callable"):
+        register(TEST_DSL, "aten", "sub.Tensor", "CPU", 3, marked_sub)
+    with pytest.raises(TypeError, match="impl must be callable"):
+        register(TEST_DSL, "aten", "sub.Tensor", "CPU", always, "nope")
+    with pytest.raises(TypeError, match="op_symbol must be a str"):
+        register(TEST_DSL, "aten", 5, "CPU", always, marked_sub)
+    with pytest.raises(TypeError, match="dsl must be a str"):
+        register(None, "aten", "sub.Tensor", "CPU", always, marked_sub)
+    with pytest.raises(TypeError, match="op symbols must be str"):
+        pn.disable_operations(3)
+    with pytest.raises(ValueError, match="is not a dispatch key"):
+        pn.disable_dispatch_keys("GPU")
+    with pytest.raises(TypeError):
+        pn.register_dsl("bad", object())
+    with pytest.raises(ValueError, match="clashes"):
+        pn.register_dsl("trace", type("M", (), {"runtime_available": lambda: True, "runtime_version": lambda: None}))
+
+
+def test_unknown_op_in_disable_warns_with_close_matches():
+    with pytest.warns(UserWarning, match="no op is named 'bmmm'.*bmm"):
+        pn.disable_operations("bmmm")
+    pn.enable_operations("bmm")
+    REGISTRY.reset_switches()
+
+
+def test_failing_registration_leaves_everything_as_it_was(overrides):
+    x = torch.ones(2, 2)
+    first = overrides("sub.Tensor", always, marked_sub)
+    before_source = pn.router_source("sub.Tensor", "CPU")
+    before = list(pn.overrides())
+
+    def broken_order(op, key, found):
+        raise RuntimeError("ordering failed")
+
+    REGISTRY._order_fn, REGISTRY._order_fn_loaded = broken_order, True
+    try:
+        with pytest.raises(RuntimeError, match="ordering failed"):
+            pn.register_op_override(TEST_DSL, "aten", "sub.Tensor", "CPU", always, lambda *a, **k: None)
+        with pytest.raises(RuntimeError, match="ordering failed"):
+            pn.register_op_override(TEST_DSL, "aten", "div.Tensor", "CPU", always, lambda *a, **k: None)
+    finally:
+        REGISTRY._order_fn, REGISTRY._order_fn_loaded = None, True
+    assert list(pn.overrides()) == before and first.active
+    assert pn.router_source("sub.Tensor", "CPU") == before_source
+    with pytest.raises(KeyError):
+        pn.router_source("div.Tensor", "CPU")  # never installed in the dispatcher
+    assert torch.equal(torch.sub(x, x), torch.full_like(x, 1000))
+    assert torch.equal(torch.div(x, x), torch.ones_like(x))
+
+
+def test_bad_ordering_function_is_refused_and_changes_nothing(overrides):
+    overrides("sub.Tensor", always, marked_sub)
+    with pytest.raises(ValueError, match="permutation"):
+        pn.reorder_overrides(lambda op, key, found: found[:0])
+    with pytest.raises(TypeError):
+        pn.reorder_overrides(5)
+    assert torch.equal(torch.sub(torch.ones(1), torch.ones(1)), torch.full((1,), 1000.0))

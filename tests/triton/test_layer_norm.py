@@ -1,0 +1,93 @@
+"""Layer norm through ``F.layer_norm``: forward and backward on the Triton kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_testing import DTYPES, compare, make, requires_triton, run
+
+import python_native as pn
+
+pytestmark = requires_triton
+
+FWD, BWD = "native_layer_norm", "native_layer_norm_backward"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(4, 33), (2, 5, 128), (64, 300), (3, 1)])
+def test_affine_matches_aten(shape, dtype):
+    n = shape[-1]
+    x, w, b = make(*shape, dtype=dtype), make(n, dtype=dtype), make(n, dtype=dtype)
+    compare(lambda x, w, b: F.layer_norm(x, (n,), w, b, eps=1e-5), [x, w, b], [FWD, BWD])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_without_affine_over_two_dims(dtype):
+    x = make(3, 6, 50, dtype=dtype)
+    compare(lambda x: F.layer_norm(x, (6, 50)), [x], [FWD, BWD])
+
+
+def test_weight_without_bias():
+    x, w = make(8, 96), make(96)
+    compare(lambda x, w: F.layer_norm(x, (96,), w, None), [x, w], [FWD, BWD])
+
+
+def test_strided_rows_and_columns_stay_on_triton():
+    wide = make(16, 200, requires_grad=False)
+    rows_of_wider_buffer = wide[:, :130]  # row stride 200, row length 130
+    transposed = make(70, 9, requires_grad=False).t()  # column stride 9
+    w = make(130)
+    compare(lambda x, w: F.layer_norm(x, (130,), w), [rows_of_wider_buffer, w], [FWD, BWD])
+    compare(lambda x: F.layer_norm(x, (70,)), [transposed], [FWD, BWD])
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["float64", "mixed_weight_dtype", "permuted_leading_dims"],
+)
+def test_declined_inputs_fall_back(case):
+    if case == "float64":
+        x, w = make(4, 32, dtype=torch.float64), make(32, dtype=torch.float64)
+    elif case == "mixed_weight_dtype":
+        x, w = make(4, 32, dtype=torch.bfloat16), make(32)
+    else:
+        x, w = make(3, 4, 32, requires_grad=False).permute(1, 0, 2).requires_grad_(), make(32)
+    result = run(lambda x, w: F.layer_norm(x, (32,), w), [x, w])
+    assert result.fell_back(FWD)
+    assert not result.triton_events()
+
+
+@pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (True, True, False)])
+def test_backward_respects_output_mask(mask):
+    x, w, b = make(6, 40, requires_grad=False), make(40, requires_grad=False), make(40, requires_grad=False)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [40], w, b, 1e-5)
+    dy = make(6, 40, requires_grad=False)
+    args = (dy, x, [40], mean, rstd, w, b, list(mask))
+    with pn.trace() as t:
+        got = torch.ops.aten.native_layer_norm_backward(*args)
+    with pn.operations_disabled(BWD):
+        ref = torch.ops.aten.native_layer_norm_backward(*args)
+    assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == BWD}
+    for g, r, wanted in zip(got, ref, mask, strict=True):
+        assert (g is None) == (not wanted)
+        if wanted:
+            torch.testing.assert_close(g, r)
+
+
+def test_statistics_shaped_like_aten():
+    x = make(2, 3, 4, 24, requires_grad=False)
+    got = torch.ops.aten.native_layer_norm(x, [4, 24], None, None, 1e-5)
+    with pn.triton.disabled():
+        ref = torch.ops.aten.native_layer_norm(x, [4, 24], None, None, 1e-5)
+    for g, r in zip(got, ref, strict=True):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        torch.testing.assert_close(g, r)
+
+
+def test_switches_turn_the_override_off():
+    x, w = make(4, 32), make(32)
+    for scope in (pn.triton.disabled(), pn.operations_disabled(FWD, BWD)):
+        result = run(lambda x, w: F.layer_norm(x, (32,), w), [x, w], scope=scope)
+        assert not result.triton_events()
+        assert result.fell_back(FWD) and result.fell_back(BWD)
