@@ -169,4 +169,4 @@ from python_native import _bootstrap  # noqa: E402  (needs the API above)
 
 _bootstrap.load_builtin_dsls()
 
-del sys, Iterable
+del sys

@@ -92,7 +92,7 @@ def out_variant(lib_symbol: str, functional: OpSignature) -> str | None:
         if [(p.schema_name, "kw" if p.kwarg_only else "pos", p.has_default) for p in kept] != want_params:
             continue
         types = _arg_types(lib_symbol, candidate)
-        kept_types = [t for t, p in zip(types, sig.params) if not p.is_out]
+        kept_types = [t for t, p in zip(types, sig.params, strict=True) if not p.is_out]
         if kept_types == want_types:
             return candidate
     return None

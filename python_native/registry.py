@@ -231,7 +231,7 @@ class Registry:
             # changes; installing a slot is the last step that can fail.
             orders = [self._ordered(h.dispatch_key, h.op, self._existing(h) + [h]) for h in handles]
             slots = [self._slot_for(h) for h in handles]
-            for handle, slot, order in zip(handles, slots, orders):
+            for handle, slot, order in zip(handles, slots, orders, strict=True):
                 self._commit(handle, slot, order)
         return primary
 

@@ -70,7 +70,7 @@ def test_out_is_resized_and_multi_output(overrides):
     x = torch.randn(2, 4)
     outs = (torch.empty(0), torch.empty(0), torch.empty(0))
     got = torch.ops.aten.native_layer_norm.out(x, [4], None, None, 1e-5, out0=outs[0], out1=outs[1], out2=outs[2])
-    assert all(g is o for g, o in zip(got, outs))
+    assert all(g is o for g, o in zip(got, outs, strict=True))
     with pn.operations_disabled("native_layer_norm"):
         ref = torch.native_layer_norm(x, [4], None, None, 1e-5)
     torch.testing.assert_close(outs[0], ref[0] + 1)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, on_device
+from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, cast_out, on_device
 
 SILU = 0
 GELU = 1
@@ -42,7 +42,7 @@ def _act_fwd_kernel(X, Y, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
         y = 0.5 * x * (1.0 + tl.erf(x * _SQRT1_2))
     else:
         y = 0.5 * x * (1.0 + _tanh((x + x * x * x * _TANH_COEF) * _SQRT_2_PI))
-    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=ok)
+    tl.store(Y + offs, cast_out(y, Y.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -61,7 +61,7 @@ def _act_bwd_kernel(DY, X, DX, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
         x2 = x * x
         t = _tanh((x + x2 * x * _TANH_COEF) * _SQRT_2_PI)
         d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_PI * (1.0 + x2 * _TANH_COEF * 3.0)
-    tl.store(DX + offs, (dy * d).to(DX.dtype.element_ty), mask=ok)
+    tl.store(DX + offs, cast_out(dy * d, DX.dtype.element_ty), mask=ok)
 
 
 def _grid(n: int) -> tuple[int]:

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from python_native.speckey import SpecializationCache
 
-from .launch import on_device
+from .launch import cast_out, on_device
 
 _TILE = 4096  # output elements per program
 
@@ -35,7 +35,7 @@ def _outer_kernel(
     c = tl.load(C + b * stride_cb + rn.to(tl.int64) * stride_cn, mask=n_ok, other=0.0).to(tl.float32)
     out = a[:, None] * c[None, :]
     offs = (b * M + rm)[:, None] * N + rn[None, :]
-    tl.store(OUT + offs, out.to(OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    tl.store(OUT + offs, cast_out(out, OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
 def _build_tile(m_hint: int, n_hint: int) -> tuple[int, int, int]:

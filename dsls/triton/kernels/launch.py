@@ -9,7 +9,9 @@ from typing import NamedTuple
 
 import torch
 import triton
+import triton.language as tl
 
+from dsls.triton import interpret_mode
 from dsls.triton.ops._layout import MAX_NORM_COLS
 from python_native.speckey import SpecializationCache
 
@@ -20,6 +22,21 @@ ROW_TILE = 2048
 # Elements per program for elementwise kernels: 16 per thread at 8 warps.
 ELEMENTWISE_BLOCK = 4096
 ELEMENTWISE_WARPS = 8
+
+
+# Triton's interpreter truncates fp32 -> bf16 where GPUs round to nearest even; under the
+# interpreter the kernels round explicitly so that results match what a GPU produces.
+_ROUND_BF16 = tl.constexpr(interpret_mode())
+
+
+@triton.jit
+def cast_out(x, dtype: tl.constexpr):
+    """``x.to(dtype)`` with round-to-nearest-even, also under the interpreter."""
+    if _ROUND_BF16 and dtype == tl.bfloat16:
+        bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
 
 
 class RowConfig(NamedTuple):

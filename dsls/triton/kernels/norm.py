@@ -14,7 +14,7 @@ import triton.language as tl
 
 from dsls.triton.ops._layout import Rows
 
-from .launch import on_device, program_slots, row_config
+from .launch import cast_out, on_device, program_slots, row_config
 
 
 @triton.jit
@@ -38,16 +38,16 @@ def _norm_fwd_kernel(
     else:
         mean = tl.sum(x, axis=1) / n_cols
         xc = tl.where(mask, x - mean[:, None], 0.0)
-        tl.store(MEAN + rows, mean.to(MEAN.dtype.element_ty), mask=row_ok)
+        tl.store(MEAN + rows, cast_out(mean, MEAN.dtype.element_ty), mask=row_ok)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-    tl.store(RSTD + rows, rstd.to(RSTD.dtype.element_ty), mask=row_ok)
+    tl.store(RSTD + rows, cast_out(rstd, RSTD.dtype.element_ty), mask=row_ok)
 
     y = xc * rstd[:, None]
     if HAS_W:
         y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_B:
         y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(Y + rows[:, None] * n_cols + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + rows[:, None] * n_cols + cols[None, :], cast_out(y, Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -93,7 +93,7 @@ def _norm_bwd_kernel(
             else:
                 c2 = tl.sum(g, axis=1) / n_cols
                 dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-            tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+            tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
         if NEED_DW:
             dw += tl.sum(dy * xhat, axis=0)
         if NEED_DB:

@@ -13,7 +13,7 @@ import triton.language as tl
 
 from dsls.triton.ops._layout import Rows
 
-from .launch import MAX_ROW_BLOCK, on_device, row_config
+from .launch import MAX_ROW_BLOCK, cast_out, on_device, row_config
 
 # Chunk width and warps for the streaming kernels.
 LOOP_BLOCK = 4096
@@ -40,7 +40,7 @@ def _softmax_fwd_kernel(
         y = z - tl.log(total)[:, None]
     else:
         y = e / total[:, None]
-    tl.store(Y + rows[:, None] * n_cols + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(Y + rows[:, None] * n_cols + cols[None, :], cast_out(y, Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -70,7 +70,7 @@ def _softmax_fwd_looped_kernel(X, Y, n_cols, stride_xm, stride_xn, LOG: tl.const
             y = z - log_total
         else:
             y = tl.exp(z) / total
-        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=ok)
+        tl.store(y_row + cols, cast_out(y, Y.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -91,7 +91,7 @@ def _softmax_bwd_kernel(
         dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
     else:
         dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
-    tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+    tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -122,7 +122,7 @@ def _softmax_bwd_looped_kernel(
             dx = dy - tl.exp(y) * dot
         else:
             dx = y * (dy - dot)
-        tl.store(dx_row + cols, dx.to(DX.dtype.element_ty), mask=ok)
+        tl.store(dx_row + cols, cast_out(dx, DX.dtype.element_ty), mask=ok)
 
 
 def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
