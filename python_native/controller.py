@@ -49,10 +49,14 @@ def _strings(values: Iterable[Any], what: str) -> tuple[str, ...]:
 def op_names(values: Iterable[Any]) -> tuple[str, ...]:
     """Normalise op symbols (``"bmm.default"`` → ``"bmm"``); warn about names no op has."""
     names = []
+    known = REGISTRY.known_op_names()
     for value in _strings(values, "op symbols"):
+        if value in known:
+            names.append(value)
+            continue
         packet, overload = schema.split_symbol(value)
         name = schema.qualify(packet, overload)
-        if name not in REGISTRY.known_op_names() and not any(
+        if name not in known and not any(
             schema.op_exists(ns, name) for ns in schema.OVERRIDABLE_NAMESPACES
         ):
             close = difflib.get_close_matches(name, sorted(REGISTRY.known_op_names()), n=3, cutoff=0.6)

@@ -175,9 +175,9 @@ class Registry:
         s = self.switches
         if self._killed or o.dsl in self._unroutable_dsls:
             return False
-        if s.dsl.is_off(o.dsl) or s.key.is_off(o.dispatch_key):
+        if o.dsl in s.dsl.off or o.dispatch_key in s.key.off:
             return False
-        return not any(s.op.is_off(n) for n in o.op_names)
+        return s.op.off.isdisjoint(o.op_names)
 
     # ----- registration -----
 
@@ -327,7 +327,7 @@ class Registry:
             **epilogues.EPILOGUE_GLOBALS,
         }
         slot = Slot(lib, sig, key, fallback, namespace)
-        source, code = self._variant_code(slot, [], traced=False)
+        source, code = self._variant_code(slot, [], False, ((), False))
         slot.entry = codegen.make_function(code, namespace, sig, f"{slot.file_stem}")
         slot.current_source = source
         library = self._libraries.get((lib, key))
@@ -411,11 +411,8 @@ class Registry:
 
     # ----- routers -----
 
-    def _variant_code(self, slot: Slot, active: list[OverrideHandle], traced: bool) -> tuple[str, Any]:
-        cache_key = (tuple(o.uid for o in active), traced)
-        hit = slot.codes.get(cache_key)
-        if hit is not None:
-            return hit
+    def _variant_code(self, slot: Slot, active: list[OverrideHandle], traced: bool, cache_key: tuple) -> tuple[str, Any]:
+        """Generate and compile the router for ``active`` (cached per slot by ``cache_key``)."""
         steps = [
             codegen.RouteStep(
                 cond=None if o.unconditional else f"_pn_cond_{o.uid}",
@@ -439,17 +436,37 @@ class Registry:
         return source, code
 
     def _refresh(self, slot: Slot) -> None:
-        """Swap ``slot`` to the router for its currently active overrides."""
-        active = [o for o in slot.overrides if self._is_active(o)]
+        """Swap ``slot`` to the router for its currently active overrides.
+
+        This runs on every toggle, so the common case (a variant seen before) is a handful of
+        set lookups, one dict lookup and at most one ``__code__`` assignment.
+        """
+        if self._killed:
+            active: list[OverrideHandle] = []
+        else:
+            s = self.switches
+            dsl_off, key_off, op_off, unroutable = s.dsl.off, s.key.off, s.op.off, self._unroutable_dsls
+            active = [
+                o for o in slot.overrides
+                if o.dsl not in dsl_off and o.dispatch_key not in key_off and o.dsl not in unroutable
+                and op_off.isdisjoint(o.op_names)
+            ]
         # A slot whose overrides were all removed is no longer routed: traces skip its calls.
         traced = self.traces.active and bool(slot.overrides)
-        source, code = self._variant_code(slot, active, traced)
-        slot.current_source = source
+        cache_key = (tuple([o.uid for o in active]), traced)
+        hit = slot.codes.get(cache_key)
+        if hit is None:
+            hit = self._variant_code(slot, active, traced, cache_key)
+        slot.current_source, code = hit
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
 
     def _refresh_names(self, kind: str, names: Iterable[str]) -> None:
         index = self._index[kind]
+        if len(names) == 1:
+            for slot in index.get(names[0], ()):
+                self._refresh(slot)
+            return
         for slot in {s for n in names for s in index.get(n, ())}:
             self._refresh(slot)
 
@@ -514,9 +531,9 @@ class Registry:
     def dsl_operations(self, dsl: str) -> list[str]:
         return sorted({o.op for o in self.overrides() if o.dsl == dsl})
 
-    def known_op_names(self) -> set[str]:
-        with self._lock:
-            return {n for o in self.overrides() for n in o.op_names}
+    def known_op_names(self) -> set[str] | dict:
+        """Op names some override answers to (the index of slots by op name)."""
+        return self._index["op"]
 
     def router_source(self, op_symbol: str, dispatch_key: str, lib_symbol: str = "aten") -> str:
         packet, overload = schema.split_symbol(_check_str(op_symbol, "op_symbol"))

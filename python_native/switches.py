@@ -20,21 +20,32 @@ class Switch:
     def __init__(self) -> None:
         self.explicit: set[str] = set()
         self.holds: dict[str, set[int]] = {}
+        self.off: set[str] = set()  # explicit | holds, kept up to date for one-lookup reads
 
     def is_off(self, name: str) -> bool:
-        return name in self.explicit or name in self.holds
+        return name in self.off
+
+    def _update(self, name: str) -> None:
+        if name in self.explicit or name in self.holds:
+            self.off.add(name)
+        else:
+            self.off.discard(name)
 
     def disable(self, names: Iterable[str]) -> None:
-        self.explicit.update(names)
+        for name in names:
+            self.explicit.add(name)
+            self.off.add(name)
 
     def enable(self, names: Iterable[str]) -> None:
         for name in names:
             self.explicit.discard(name)
             self.holds.pop(name, None)
+            self.off.discard(name)
 
     def hold(self, names: Iterable[str], token: int) -> None:
         for name in names:
             self.holds.setdefault(name, set()).add(token)
+            self.off.add(name)
 
     def release(self, names: Iterable[str], token: int) -> None:
         for name in names:
@@ -43,13 +54,12 @@ class Switch:
                 tokens.discard(token)
                 if not tokens:
                     del self.holds[name]
+                self._update(name)
 
     def clear(self) -> None:
         self.explicit.clear()
         self.holds.clear()
-
-    def names(self) -> set[str]:
-        return self.explicit | set(self.holds)
+        self.off.clear()
 
 
 class Switches:

@@ -52,21 +52,20 @@ class TraceHub:
     def __init__(self) -> None:
         self._open: tuple[Trace, ...] = ()
         self._lock = threading.Lock()
-
-    @property
-    def active(self) -> bool:
-        return bool(self._open)
+        self.active = False  # read on every toggle: a plain attribute, not a property
 
     def add(self, trace: Trace) -> bool:
         """Open ``trace``; True when it is the first one (routers must start recording)."""
         with self._lock:
             self._open = (*self._open, trace)
+            self.active = True
             return len(self._open) == 1
 
     def remove(self, trace: Trace) -> bool:
         """Close ``trace``; True when none is left open (routers may stop recording)."""
         with self._lock:
             self._open = tuple(t for t in self._open if t is not trace)
+            self.active = bool(self._open)
             return not self._open
 
     def emit(self, template: tuple[str, str, str | None, str, str | None]) -> None:
