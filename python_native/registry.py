@@ -9,6 +9,7 @@ are never torn down, so no kernel is freed while another thread may be running i
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import inspect
 import itertools
@@ -317,6 +318,7 @@ class Registry:
         fallback = torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
         namespace: dict[str, Any] = {
             "__name__": f"python_native.routers.{lib}",
+            "__builtins__": builtins,
             "_pn_fallback": fallback,
             "_pn_profiler": _profiler,
             "_pn_record_function": torch.autograd.profiler.record_function,

@@ -154,3 +154,12 @@ def test_cond_and_impl_receive_full_arguments(overrides):
     assert seen["args"] == ([0], False, None)
     x.sum(1, keepdim=True, dtype=torch.float64)
     assert seen["args"] == ([1], True, torch.float64)
+
+
+def test_bool_and_int_arguments_reach_the_captured_kernel(overrides):
+    overrides("_softmax", lambda self, dim, half_to_float: False, lambda *a: None)
+    x = torch.randn(3, 5)
+    with pn.operations_disabled("_softmax"):
+        disabled = torch.softmax(x, -1)
+    torch.testing.assert_close(torch.softmax(x, -1), disabled)
+    torch.testing.assert_close(disabled, torch.exp(x) / torch.exp(x).sum(-1, keepdim=True))
