@@ -46,8 +46,25 @@ def _strings(values: Iterable[Any], what: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def op_names(values: Iterable[Any]) -> tuple[str, ...]:
-    """Normalise op symbols (``"bmm.default"`` → ``"bmm"``); warn about names no op has."""
+_normalized: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def op_names(values: tuple[Any, ...]) -> tuple[str, ...]:
+    """Normalise op symbols (``"bmm.default"`` → ``"bmm"``); warn about names no op has.
+
+    Scopes are entered in hot loops, so names already checked once skip the checks.
+    """
+    try:
+        return _normalized[values]
+    except (KeyError, TypeError):
+        pass
+    names = _check_op_names(values)
+    if len(_normalized) < 4096:
+        _normalized[values] = names
+    return names
+
+
+def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
     names = []
     known = REGISTRY.known_op_names()
     for value in _strings(values, "op symbols"):
@@ -62,7 +79,7 @@ def op_names(values: Iterable[Any]) -> tuple[str, ...]:
             close = difflib.get_close_matches(name, sorted(REGISTRY.known_op_names()), n=3, cutoff=0.6)
             close = close or schema.close_op_names("aten", name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            warnings.warn(f"python_native: no op is named {value!r}{hint}", UserWarning, stacklevel=3)
+            warnings.warn(f"python_native: no op is named {value!r}{hint}", UserWarning, stacklevel=4)
         names.append(name)
     return tuple(names)
 
