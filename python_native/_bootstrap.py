@@ -1,9 +1,16 @@
-"""Register the built-in DSL backends and install their op libraries where they can run."""
+"""Register the built-in DSL backends and install their op libraries where they can run.
+
+A backend module announces itself with ``backend_loaded`` as its last statement, so it is
+registered whichever is imported first: ``python_native`` (which imports the backends) or the
+backend (which imports ``python_native`` for its helpers, while it is itself half-initialised).
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
+import threading
+from types import ModuleType
 
 from python_native import dsl_registry, env
 
@@ -11,24 +18,38 @@ log = logging.getLogger("python_native")
 
 BUILTIN_DSLS = {"triton": "dsls.triton", "cutedsl": "dsls.cutedsl"}
 
+_loaded: set[str] = set()
+_lock = threading.Lock()
+
 
 def load_builtin_dsls() -> None:
-    """Import each built-in backend (never its runtime) and register its overrides if it can run.
+    """Import each built-in backend (never its runtime); each registers itself when complete.
 
     A backend that fails is logged and skipped: it must never break ``import torch``.
     """
     for name, module_name in BUILTIN_DSLS.items():
         try:
-            module = importlib.import_module(module_name)
-            dsl_registry.register_dsl(name, module)
+            importlib.import_module(module_name)
         except Exception:
             log.exception("python_native: could not load the %s backend", name)
-            continue
-        if env.overrides_disabled():
-            continue
-        try:
-            can_register = getattr(module, "can_register", module.runtime_available)
-            if can_register():
-                module.register_overrides()
-        except Exception:
-            log.exception("python_native: could not register the %s overrides", name)
+
+
+def backend_loaded(name: str, module: ModuleType) -> None:
+    """Register a fully imported backend and, where it can run, install its overrides (once)."""
+    with _lock:
+        if name in _loaded:
+            return
+        _loaded.add(name)
+    try:
+        dsl_registry.register_dsl(name, module)
+    except Exception:
+        log.exception("python_native: could not register the %s backend", name)
+        return
+    if env.overrides_disabled():
+        return
+    try:
+        can_register = getattr(module, "can_register", module.runtime_available)
+        if can_register():
+            module.register_overrides()
+    except Exception:
+        log.exception("python_native: could not register the %s overrides", name)

@@ -315,7 +315,12 @@ class Registry:
             return False
 
     def _install_slot(self, lib: str, sig: schema.OpSignature, key: str) -> Slot:
-        fallback = torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
+        try:
+            fallback = torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
+        except RuntimeError as e:
+            raise ValueError(
+                f"{lib}::{sig.qualified} has no kernel at {key} to fall back to, so it cannot be overridden there"
+            ) from e
         namespace: dict[str, Any] = {
             "__name__": f"python_native.routers.{lib}",
             "__builtins__": builtins,

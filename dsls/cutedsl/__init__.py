@@ -54,3 +54,9 @@ def can_register() -> bool:
 
 def register_overrides() -> list:
     return []
+
+
+# Last: the module is complete, so the control plane may register it now.
+from python_native import _bootstrap  # noqa: E402
+
+_bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])

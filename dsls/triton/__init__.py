@@ -11,6 +11,7 @@ very same kernels on CPU tensors.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 from packaging.version import Version
@@ -89,7 +90,16 @@ def register_overrides() -> list:
     from .ops import all_overrides
 
     key = dispatch_key()
-    return [
-        register_op_override(NAME, "aten", spec.op, key, spec.cond, spec.impl, **spec.options)
-        for spec in all_overrides()
-    ]
+    handles = []
+    for spec in all_overrides():
+        try:
+            handles.append(register_op_override(NAME, "aten", spec.op, key, spec.cond, spec.impl, **spec.options))
+        except Exception:  # one op that cannot be installed here must not cost the others
+            logging.getLogger("python_native").exception("python_native: triton override of %s not installed", spec.op)
+    return handles
+
+
+# Last: the module is complete, so the control plane may register it now.
+from python_native import _bootstrap  # noqa: E402
+
+_bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])

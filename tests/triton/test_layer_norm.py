@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, compare, make, requires_triton, run
+from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 
@@ -34,9 +34,8 @@ def test_weight_without_bias():
 
 
 def test_strided_rows_and_columns_stay_on_triton():
-    wide = make(16, 200, requires_grad=False)
-    rows_of_wider_buffer = wide[:, :130]  # row stride 200, row length 130
-    transposed = make(70, 9, requires_grad=False).t()  # column stride 9
+    rows_of_wider_buffer = make(16, 200, requires_grad=False)[:, :130].requires_grad_()  # row stride 200
+    transposed = make(70, 9, requires_grad=False).t().requires_grad_()  # column stride 9
     w = make(130)
     compare(lambda x, w: F.layer_norm(x, (130,), w), [rows_of_wider_buffer, w], [FWD, BWD])
     compare(lambda x: F.layer_norm(x, (70,)), [transposed], [FWD, BWD])

@@ -32,8 +32,9 @@ def all_overrides() -> list[OverrideSpec]:
     """
     from dsls.triton import dispatch_key
 
-    from . import activations, bmm, layer_norm, rms_norm, softmax
+    from . import _layout, activations, bmm, layer_norm, rms_norm, softmax
 
+    _layout.backend_device.cache_clear()
     key = dispatch_key()
     families = [layer_norm, rms_norm, softmax, activations, bmm]
     return [

@@ -8,6 +8,8 @@ without a copy.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -17,11 +19,14 @@ import dsls.triton as backend
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
-# Offsets within a row (and within a flat elementwise launch) are int32 in the kernels, rows are
-# addressed with int64. The headroom keeps the last block's masked lanes from wrapping around.
+# Offsets within a row (and within a flat elementwise launch) are int32 in the kernels; rows are
+# addressed with int64, so row kernels take any number of rows. The headroom keeps the last
+# block's masked lanes from wrapping around.
 MAX_INDEX = 2**31 - 2**20
-# Longest row the single-block norm kernels hold in registers (must match kernels.launch).
+# Longest rows the single-block norm kernels hold in registers without spilling on an H100
+# (the backward also keeps the weight and two gradient accumulators live). Longer rows go to aten.
 MAX_NORM_COLS = 16384
+MAX_NORM_BWD_COLS = 8192
 
 
 class Rows(NamedTuple):
@@ -33,10 +38,20 @@ class Rows(NamedTuple):
     col_stride: int
 
 
+@functools.cache
+def backend_device() -> str:
+    """The device type the kernels run on, fixed once the overrides are installed at their key
+    (``all_overrides`` clears this cache so that a re-registration sees the current mode)."""
+    return backend.device_type()
+
+
 def on_backend(*tensors: torch.Tensor | None) -> bool:
     """Every given tensor lives on the device the kernels run on (None entries are skipped)."""
-    device = backend.device_type()
-    return all(t is None or t.device.type == device for t in tensors)
+    device = backend_device()
+    for t in tensors:
+        if t is not None and t.device.type != device:
+            return False
+    return True
 
 
 def float_dtype(t: torch.Tensor) -> bool:
@@ -63,6 +78,9 @@ def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
     if n_inner < 1 or n_inner > t.ndim:
         return None
     axis = t.ndim - n_inner
+    if t.is_contiguous():
+        n_cols = math.prod(t.shape[axis:])
+        return Rows(t.numel() // n_cols, n_cols, n_cols, 1) if n_cols else None
     sizes, strides = tuple(t.shape), t.stride()
     inner = collapse(sizes[axis:], strides[axis:])
     outer = collapse(sizes[:axis], strides[:axis])
@@ -89,13 +107,13 @@ def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | N
     return t.ndim - n
 
 
-def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int]) -> Rows | None:
+def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> Rows | None:
     """Rows of a float ``x`` normalized over its trailing ``normalized_shape``, when the
-    single-block norm kernels handle them, else None."""
-    if not (float_dtype(x) and fits_index(x)) or normalized_axis(x, normalized_shape) is None:
+    single-block norm kernels handle them (rows up to ``max_cols`` long), else None."""
+    if not float_dtype(x) or normalized_axis(x, normalized_shape) is None:
         return None
     rows = as_rows(x, len(normalized_shape))
-    return rows if row_fits(rows) and rows.n_cols <= MAX_NORM_COLS else None
+    return rows if row_fits(rows) and rows.n_cols <= max_cols else None
 
 
 def stats_ok(stat: torch.Tensor, x: torch.Tensor, n_rows: int) -> bool:
@@ -111,10 +129,6 @@ def stat_shape(t: torch.Tensor, axis: int) -> list[int]:
 def is_param(p: torch.Tensor | None, shape: Sequence[int], dtype: torch.dtype) -> bool:
     """An optional affine parameter: absent, or contiguous with the expected shape and dtype."""
     return p is None or (tuple(p.shape) == tuple(shape) and p.dtype == dtype and p.is_contiguous())
-
-
-def same_rows(a: Rows, b: Rows) -> bool:
-    return a.n_rows == b.n_rows and a.n_cols == b.n_cols
 
 
 def row_fits(r: Rows | None) -> bool:
@@ -142,5 +156,5 @@ def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:
 
 
 def fits_index(t: torch.Tensor) -> bool:
-    """Non-empty and small enough for the kernels' index arithmetic."""
+    """Non-empty and small enough for the flat (int32-indexed) elementwise kernels."""
     return 0 < t.numel() <= MAX_INDEX

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from . import OverrideSpec
-from ._layout import as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
 
 Tensor = torch.Tensor
 
@@ -51,7 +51,7 @@ def layer_norm_backward_cond(
 ) -> bool:
     if not on_backend(grad_out, input, mean, rstd, weight, bias):
         return False
-    rows = norm_rows(input, normalized_shape)
+    rows = norm_rows(input, normalized_shape, MAX_NORM_BWD_COLS)
     if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
         return False
     if not (is_param(weight, normalized_shape, input.dtype) and is_param(bias, normalized_shape, input.dtype)):

@@ -2,9 +2,10 @@
 
 ``F.rms_norm`` reaches ``aten::rms_norm``, a composite that calls ``_fused_rms_norm`` unless the
 input is channels-last, complex, or its weight has another dtype. On CUDA builds both ops have
-CUDA kernels that these override. On CPU builds ``_fused_rms_norm`` is only a composite, but once
-a CPU kernel is registered its autograd formula takes over, so the forward and
-``_fused_rms_norm_backward`` both reach the CPU overrides in interpreter mode.
+CUDA kernels, which these override. On CPU builds ``_fused_rms_norm`` is only a composite and
+``_fused_rms_norm_backward`` has no kernel at all; a CPU kernel for the forward would switch
+autograd to the backward op, and with nothing to fall back to the family is not installed there
+(see ``all_overrides``). Registered at the CPU key by other means, both impls serve ``F.rms_norm``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from . import OverrideSpec
-from ._layout import as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
 
 Tensor = torch.Tensor
 
@@ -51,7 +52,7 @@ def rms_norm_backward_cond(
 ) -> bool:
     if not on_backend(grad_out, input, rstd, weight):
         return False
-    rows = norm_rows(input, normalized_shape)
+    rows = norm_rows(input, normalized_shape, MAX_NORM_BWD_COLS)
     if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
         return False
     if not is_param(weight, normalized_shape, input.dtype) or (output_mask[1] and weight is None):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import OverrideSpec
-from ._layout import fits_index, float_dtype, on_backend, reduced_rows, row_fits
+from ._layout import float_dtype, on_backend, reduced_rows, row_fits
 
 Tensor = torch.Tensor
 
@@ -20,7 +20,7 @@ def _half_to_float_ok(x: Tensor) -> bool:
 
 
 def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
-    if not (on_backend(self) and float_dtype(self) and fits_index(self)):
+    if not (on_backend(self) and float_dtype(self)):
         return False
     if half_to_float and not _half_to_float_ok(self):
         return False
@@ -35,7 +35,7 @@ def _softmax_impl(self: Tensor, dim: int, half_to_float: bool, *, log: bool) -> 
 
 
 def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> bool:
-    if not (on_backend(grad_output, output) and float_dtype(output) and fits_index(output)):
+    if not (on_backend(grad_output, output) and float_dtype(output)):
         return False
     if grad_output.dtype != output.dtype or grad_output.shape != output.shape:
         return False

@@ -1,0 +1,95 @@
+"""Softmax and log-softmax through ``F.softmax`` / ``F.log_softmax``, forward and backward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
+
+import python_native as pn
+from dsls.triton.ops import softmax as softmax_ops
+from dsls.triton.ops._layout import reduced_rows
+
+pytestmark = requires_triton
+
+OPS = {
+    "softmax": (F.softmax, "_softmax", "_softmax_backward_data"),
+    "log_softmax": (F.log_softmax, "_log_softmax", "_log_softmax_backward_data"),
+}
+
+
+@pytest.mark.parametrize("kind", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((5, 37), -1), ((2, 3, 128), 2), ((64, 300), 1), ((4, 19, 1), 1), ((7,), 0)])
+def test_matches_aten(kind, dtype, shape, dim):
+    fn, fwd, bwd = OPS[kind]
+    compare(lambda x: fn(x, dim), [make(*shape, dtype=dtype, scale=3.0)], [fwd, bwd])
+
+
+@pytest.mark.parametrize("kind", OPS)
+def test_long_rows_stream_in_chunks(kind, monkeypatch):
+    import dsls.triton.kernels.softmax as softmax_kernels
+
+    # Shrink the single-block limit so the streaming kernels run on a small shape.
+    monkeypatch.setattr(softmax_kernels, "MAX_ROW_BLOCK", 64)
+    monkeypatch.setattr(softmax_kernels, "LOOP_BLOCK", 32)
+    fn, fwd, bwd = OPS[kind]
+    x = make(3, 250, scale=4.0)
+    with torch.no_grad():
+        x[0, :100] = float("-inf")  # a chunk holding only -inf must not poison the running sum
+    compare(lambda x: fn(x, -1), [x], [fwd, bwd])
+
+
+def test_strided_rows_and_transposed_input():
+    fn, fwd, bwd = OPS["softmax"]
+    sliced = make(8, 90, requires_grad=False)[:, 5:70].requires_grad_()
+    transposed = make(40, 6, requires_grad=False).t().requires_grad_()
+    compare(lambda x: fn(x, -1), [sliced], [fwd, bwd])
+    compare(lambda x: fn(x, 1), [transposed], [fwd, bwd])
+
+
+@pytest.mark.parametrize("case", ["float64", "inner_dim"])
+def test_declined_inputs_fall_back(case):
+    x = make(6, 20, dtype=torch.float64) if case == "float64" else make(6, 20)
+    dim = -1 if case == "float64" else 0  # reducing a dim that is not innermost
+    result = run(lambda x: F.softmax(x, dim), [x])
+    assert result.fell_back("_softmax") and result.fell_back("_softmax_backward_data")
+    assert not result.triton_events()
+
+
+def test_switches_turn_the_override_off():
+    x = make(4, 32)
+    for scope in (pn.triton.disabled(), pn.operations_disabled("_log_softmax", "_log_softmax_backward_data")):
+        result = run(lambda x: F.log_softmax(x, -1), [x], scope=scope)
+        assert not result.triton_events()
+        assert result.fell_back("_log_softmax")
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_half_to_float_kernels(log):
+    """fp16 in, fp32 out: the CUDA-only ``half_to_float`` path, run directly on the kernels."""
+    x = make(6, 50, dtype=torch.float16, requires_grad=False, scale=3.0)
+    forward = softmax_ops.log_softmax_impl if log else softmax_ops.softmax_impl
+    backward = softmax_ops.log_softmax_backward_impl if log else softmax_ops.softmax_backward_impl
+    ref_fn = torch.log_softmax if log else torch.softmax
+    y = forward(x, 1, True)
+    assert y.dtype == torch.float32
+    with pn.triton.disabled():
+        torch.testing.assert_close(y, ref_fn(x.float(), 1))
+    dy = torch.randn(6, 50)
+    dx = backward(dy, y, 1, torch.float16)
+    with pn.triton.disabled():
+        ref = torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data
+        torch.testing.assert_close(dx, ref(dy, y, 1, torch.float32).half())
+    # Only CUDA has the half_to_float conversion; elsewhere the cond leaves it to aten.
+    assert softmax_ops.softmax_cond(x, 1, True) == (x.device.type == "cuda")
+
+
+def test_reduced_rows_views():
+    x = torch.empty(2, 3, 5, 1)
+    assert reduced_rows(x, 2) == (6, 5, 5, 1)
+    assert reduced_rows(x, -2) == (6, 5, 5, 1)
+    assert reduced_rows(x, 1) is None  # later dims are not all of size 1
+    assert reduced_rows(x.transpose(0, 1), 2) is None  # leading dims do not collapse
+    assert reduced_rows(torch.empty(4, 8).t(), 1) == (8, 4, 1, 8)
