@@ -82,19 +82,8 @@ def in_tree(number: int, repeat: int) -> dict[str, float] | None:
     """The same measurements through torch's in-tree registry, on sibling ops (torch >= 2.13)."""
     try:
         import torch._native.registry as tn
-        from torch.backends import python_native as _  # noqa: F401
     except ImportError:
         return None
-    import importlib
-
-    torch_pn = importlib.import_module("torch.backends.python_native")
-    if torch_pn is pn:  # ours is mounted there: reload torch's own module under another name
-        spec = importlib.util.find_spec("torch.backends.python_native")
-        torch_pn = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(torch_pn)
-        torch_pn = sys.modules.get("torch.backends.python_native", torch_pn)
-        if torch_pn is pn:
-            torch_pn = None
     for op, cond in (("rsub.Tensor", accept), ("true_divide.Tensor", decline)):
         tn.register_op_override("bench", "aten", op, "CPU", cond, impl)
         tn._register_overrides_from_graph(op, "CPU", tn._graphs[(op, "CPU")])

@@ -538,7 +538,7 @@ class Registry:
     def dsl_operations(self, dsl: str) -> list[str]:
         return sorted({o.op for o in self.overrides() if o.dsl == dsl})
 
-    def known_op_names(self) -> set[str] | dict:
+    def known_op_names(self) -> dict[str, set[Slot]]:
         """Op names some override answers to (the index of slots by op name)."""
         return self._index["op"]
 
