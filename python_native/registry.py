@@ -173,6 +173,7 @@ class Registry:
     # ----- activity -----
 
     def _is_active(self, o: OverrideHandle) -> bool:
+        """The activity rule; ``_refresh`` inlines the same test in its loop because toggles are hot."""
         s = self.switches
         if self._killed or o.dsl in self._unroutable_dsls:
             return False

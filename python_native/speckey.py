@@ -32,19 +32,14 @@ def _concrete(value: Any) -> Hashable:
 
 
 def tensor_key(t: torch.Tensor) -> tuple:
-    """``(dtype, device, sizes, strides)`` of ``t``."""
+    """``(dtype, device, sizes, strides)`` of ``t``; symbolic sizes become their concrete hints.
+
+    ``torch.Size`` is a tuple, so the plain tuples built here for subclasses and FakeTensors
+    compare and hash equal to a real tensor's ``size()`` and ``stride()``.
+    """
     if type(t) is _Tensor:
         return (t.dtype, t.device, t.size(), t.stride())
-    return (
-        t.dtype,
-        t.device,
-        torch.Size(tuple(_concrete(s) for s in t.size())) if _all_ints(t.size()) else tuple(_concrete(s) for s in t.size()),
-        tuple(_concrete(s) for s in t.stride()),
-    )
-
-
-def _all_ints(values: Any) -> bool:
-    return all(isinstance(v, int) or isinstance(_concrete(v), int) for v in values)
+    return (t.dtype, t.device, tuple(_concrete(s) for s in t.size()), tuple(_concrete(s) for s in t.stride()))
 
 
 def key(*args: Any) -> tuple:
@@ -53,8 +48,6 @@ def key(*args: Any) -> tuple:
 
 
 def _arg_key(a: Any) -> Hashable:
-    if type(a) is _Tensor:
-        return (a.dtype, a.device, a.size(), a.stride())
     if isinstance(a, torch.Tensor):
         return tensor_key(a)
     if isinstance(a, (list, tuple)):
