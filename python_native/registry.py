@@ -169,6 +169,7 @@ class Registry:
         self._order_fn: OrderFn | None = None
         self._order_fn_loaded = False
         self._unroutable_dsls: set[str] = set()
+        self._routability_checked: set[str] = set()  # each DSL's runtime is checked once
 
     # ----- activity -----
 
@@ -231,7 +232,7 @@ class Registry:
                 primary.derived.append(child)
             # Everything that can fail on the user's behalf (ordering) runs before the dispatcher
             # changes; installing a slot is the last step that can fail.
-            orders = [self._ordered(h.dispatch_key, h.op, self._existing(h) + [h]) for h in handles]
+            orders = [self._ordered(h.op, h.dispatch_key, self._existing(h) + [h]) for h in handles]
             slots = [self._slot_for(h) for h in handles]
             for handle, slot, order in zip(handles, slots, orders, strict=True):
                 self._commit(handle, slot, order)
@@ -291,8 +292,10 @@ class Registry:
         )
 
     def _commit(self, handle: OverrideHandle, slot: Slot, order: list[OverrideHandle]) -> None:
-        if not self._dsl_routable(handle.dsl):
-            self._unroutable_dsls.add(handle.dsl)
+        if handle.dsl not in self._routability_checked:
+            self._routability_checked.add(handle.dsl)
+            if not self._dsl_routable(handle.dsl):
+                self._unroutable_dsls.add(handle.dsl)
         uid = handle.uid
         handle._slot = slot
         ns = slot.namespace

@@ -88,6 +88,7 @@ def test_skip_version_check(var):
 def test_order_function_from_environment(var, tmp_path):
     (tmp_path / "myorder.py").write_text(
         "def last_first(op_symbol, dispatch_key, nodes):\n"
+        "    assert (op_symbol, dispatch_key) == ('sub.Tensor', 'CPU'), (op_symbol, dispatch_key)\n"
         "    return [n for n in reversed(nodes) if n.dsl_name]\n"
     )
     r = run(

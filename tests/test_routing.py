@@ -50,8 +50,11 @@ def test_first_matching_cond_wins_and_priority_reorders(overrides, x):
     assert torch.sub(x, x)[0, 0] == 1.0
     overrides("sub.Tensor", always, lambda s, o, alpha: torch.full_like(s, 3.0), priority=5)
     assert torch.sub(x, x)[0, 0] == 3.0
-    pn.reorder_overrides(lambda op, key, found: list(reversed(found)))
+    seen = []
+    pn.reorder_overrides(lambda op, key, found: seen.append((op, key)) or list(reversed(found)))
     assert torch.sub(x, x)[0, 0] == 2.0
+    overrides("sub.Tensor", always, lambda s, o, alpha: torch.full_like(s, 4.0))  # ordered at registration
+    assert seen[-1] == ("sub.Tensor", "CPU") and all(key == "CPU" for _, key in seen)
 
 
 def test_unconditional_override_needs_no_cond(overrides, x):
