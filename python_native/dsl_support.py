@@ -34,3 +34,11 @@ def version_problem(name: str, version: Version, minimum: Version) -> str | None
         f"{name} {version} is outside the supported range (>= {minimum}); "
         f"set {env.SKIP_VERSION_CHECK[0]}=1 to skip this check"
     )
+
+
+def install_problem(distribution: str, module: str, minimum: Version) -> str | None:
+    """Why ``distribution`` cannot be used (absent, or older than ``minimum``), or None."""
+    version = installed_version(distribution)
+    if version is None or not module_importable(module):
+        return f"{distribution} not installed"
+    return version_problem(distribution, version, minimum)

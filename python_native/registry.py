@@ -105,11 +105,10 @@ class OverrideHandle:
 class Slot:
     """One ``(lib, op, dispatch key)`` in the dispatcher and the overrides routed there."""
 
-    def __init__(self, lib: str, sig: schema.OpSignature, dispatch_key: str, fallback: Any, entry_namespace: dict):
+    def __init__(self, lib: str, sig: schema.OpSignature, dispatch_key: str, entry_namespace: dict):
         self.lib = lib
         self.sig = sig
         self.dispatch_key = dispatch_key
-        self.fallback = fallback
         self.namespace = entry_namespace
         self.overrides: list[OverrideHandle] = []
         self.entry: Any = None  # the function registered with the dispatcher
@@ -337,7 +336,7 @@ class Registry:
             "_pn_coerce": scalars.coerce,
             **epilogues.EPILOGUE_GLOBALS,
         }
-        slot = Slot(lib, sig, key, fallback, namespace)
+        slot = Slot(lib, sig, key, namespace)  # the captured kernel lives in the namespace
         source, code = self._variant_code(slot, [], False, ((), False))
         slot.entry = codegen.make_function(code, namespace, sig, f"{slot.file_stem}")
         slot.current_source = source

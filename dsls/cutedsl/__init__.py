@@ -23,10 +23,7 @@ def runtime_version() -> Version | None:
 
 @functools.cache
 def _install_problem() -> str | None:
-    version = runtime_version()
-    if version is None or not dsl_support.module_importable(MODULE):
-        return f"{DISTRIBUTION} not installed"
-    return dsl_support.version_problem(DISTRIBUTION, version, MINIMUM_VERSION)
+    return dsl_support.install_problem(DISTRIBUTION, MODULE, MINIMUM_VERSION)
 
 
 def unavailable_reason() -> str | None:

@@ -43,10 +43,7 @@ def runtime_version() -> Version | None:
 
 @functools.cache
 def _install_problem() -> str | None:
-    version = runtime_version()
-    if version is None or not dsl_support.module_importable("triton"):
-        return "triton not installed"
-    return dsl_support.version_problem("triton", version, MINIMUM_VERSION)
+    return dsl_support.install_problem("triton", "triton", MINIMUM_VERSION)
 
 
 def unavailable_reason() -> str | None:
