@@ -1,26 +1,43 @@
-"""``python -m python_native``: status report (``--json`` for machines), or ``demo``."""
+"""``python -m python_native [COMMAND]``: the status report by default; each command is a module.
+
+Commands live in ``python_native.commands``, one module each with ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``, imported only when chosen so that the report
+never pays for a benchmark's or a compiler's imports.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+# name -> module under python_native.commands; the first is the default.
+COMMANDS = {
+    "status": "status",
+    "demo": "demo",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m python_native",
+        description="python-native: status report and tools (run a command with --help for its options).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(f"python_native.commands.{module_name}")
+        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(_module=module)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m python_native", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=["status", "demo"], default="status")
-    parser.add_argument("--json", action="store_true", help="print the status report as JSON")
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
-        from python_native import demo
-
-        return demo.main(rest)
-    import python_native  # noqa: F401  (mounts and registers the built-in DSLs)
-    from python_native import report
-
-    data = report.collect()
-    print(report.to_json(data) if args.json else report.render(data))
-    return 0
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv.insert(0, next(iter(COMMANDS)))  # `python -m python_native --json` is the status report
+    args = _parser().parse_args(argv)
+    return args._module.run(args)
 
 
 if __name__ == "__main__":

@@ -135,13 +135,17 @@ def _why_not(device: str) -> str | None:
     return None
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m python_native demo", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--norm", choices=["layer", "rms"], default="layer")
     parser.add_argument("--activation", choices=["gelu", "silu"], default="gelu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--repeats", type=int, help="timed runs per mode (default: 20 on CUDA, 3 on CPU)")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m python_native demo", description=__doc__.splitlines()[0])
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -152,9 +156,12 @@ def _section(title: str) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run(_parse(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     import dsls.triton as backend
 
-    args = _parse(argv)
     # In interpreter mode the overrides sit at the CPU key, so the demo runs on CPU even with a GPU.
     use_cuda = torch.cuda.is_available() and not backend.interpret_mode()
     device = torch.device("cuda" if use_cuda else "cpu")
