@@ -25,13 +25,23 @@ _lock = threading.Lock()
 def load_builtin_dsls() -> None:
     """Import each built-in backend (never its runtime); each registers itself when complete.
 
-    A backend that fails is logged and skipped: it must never break ``import torch``.
+    Torch's in-tree overrides (``torch._native``) are taken out of the dispatcher first and
+    adopted into this registry last (see ``native_bridge``). A backend that fails is logged and
+    skipped: it must never break ``import torch``.
     """
+    from python_native import native_bridge
+
+    _guarded("detach torch._native's routers", native_bridge.detach)
     for name, module_name in BUILTIN_DSLS.items():
-        try:
-            importlib.import_module(module_name)
-        except Exception:
-            log.exception("python_native: could not load the %s backend", name)
+        _guarded(f"load the {name} backend", importlib.import_module, module_name)
+    _guarded("adopt torch._native's overrides", native_bridge.adopt_all)
+
+
+def _guarded(what: str, fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("python_native: could not %s", what)
 
 
 def backend_loaded(name: str, module: ModuleType) -> None:
