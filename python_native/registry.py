@@ -3,8 +3,9 @@
 A *slot* is one ``(namespace, op, dispatch key)``. The first override of a slot captures the
 kernel the dispatcher had there and installs, once, a generated router (see ``codegen``). Every
 later change (a registration, a removal, a disable, a scope, a trace) regenerates or re-selects
-that slot's router and swaps it in through the registered function's ``__code__``. Registrations
-are never torn down, so no kernel is freed while another thread may be running it.
+that slot's router and swaps it in through the registered function's ``__code__``. Each slot owns
+one ``torch.library.Library``: removing a slot's last override destroys it, so the dispatcher is
+exactly as it was before the first registration, and drops every reference the slot held.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class Slot:
         self.namespace = entry_namespace
         self.overrides: list[OverrideHandle] = []
         self.entry: Any = None  # the function registered with the dispatcher
+        self.library: torch.library.Library | None = None  # holds only this slot's registration
         self.codes: dict[tuple, tuple[str, Any]] = {}
         self.current_source = ""
 
@@ -159,7 +161,6 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._slots: dict[tuple[str, str, str], Slot] = {}
-        self._libraries: dict[tuple[str, str], torch.library.Library] = {}
         self._index: dict[str, dict[str, set[Slot]]] = {kind: {} for kind in KINDS}
         self._uids = itertools.count()
         self.switches = Switches()
@@ -340,16 +341,26 @@ class Registry:
         source, code = self._variant_code(slot, [], False, ((), False))
         slot.entry = codegen.make_function(code, namespace, sig, f"{slot.file_stem}")
         slot.current_source = source
-        library = self._libraries.get((lib, key))
-        if library is None:
-            library = torch.library.Library(lib, "IMPL", key)
-            self._libraries[(lib, key)] = library
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
-            warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
-            library.impl(sig.qualified, slot.entry, key, with_keyset=True, **_ALLOW_OVERRIDE)
+        library = torch.library.Library(lib, "IMPL", key)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+                warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
+                library.impl(sig.qualified, slot.entry, key, with_keyset=True, **_ALLOW_OVERRIDE)
+        except BaseException:
+            library._destroy()
+            raise
+        slot.library = library
         self._slots[(lib, sig.qualified, key)] = slot
         return slot
+
+    def _uninstall_slot(self, slot: Slot) -> None:
+        """Take ``slot``'s registration out of the dispatcher and forget the slot entirely."""
+        self._slots.pop((slot.lib, slot.sig.qualified, slot.dispatch_key), None)
+        library, slot.library = slot.library, None
+        if library is not None:
+            library._destroy()
+        slot.codes.clear()
 
     # ----- ordering -----
 
@@ -397,6 +408,11 @@ class Registry:
     # ----- removal -----
 
     def remove(self, handle: OverrideHandle) -> None:
+        """Take ``handle`` (and its derived variants) out; nothing of them stays reachable.
+
+        The slot's router is swapped first, then the override's globals and every cached router
+        variant naming it are dropped. A slot left with no override is uninstalled.
+        """
         with self._lock:
             for o in (handle, *handle.derived):
                 if o._removed:
@@ -406,6 +422,16 @@ class Registry:
                 slot.overrides.remove(o)
                 self._reindex(slot)
                 self._refresh(slot)
+                self._forget(slot, o.uid)
+                if not slot.overrides:
+                    self._uninstall_slot(slot)
+
+    @staticmethod
+    def _forget(slot: Slot, uid: int) -> None:
+        for prefix in _PER_OVERRIDE_GLOBALS:
+            slot.namespace.pop(f"{prefix}{uid}", None)
+        for key in [k for k in slot.codes if uid in k[0]]:
+            del slot.codes[key]
 
     def _reindex(self, slot: Slot) -> None:
         for kind in KINDS:
@@ -563,6 +589,8 @@ def _import_callable(path: str) -> OrderFn:
         raise ValueError(f"ordering function {path!r} (from {env.ORDER_FN}) is not callable")
     return fn
 
+
+_PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_")
 
 _NUMBER_TYPES = frozenset({bool, int, float, complex})
 

@@ -1,0 +1,82 @@
+"""Regression tests for misuse found by adversarial use: leaks, composite ops, scalars, fork, stale kernels."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+import python_native as pn
+from conftest import TEST_DSL, always, marked_sub
+from python_native.registry import REGISTRY
+
+
+def _register(op: str, cond, impl, **kwargs):
+    return pn.register_op_override(TEST_DSL, "aten", op, kwargs.pop("key", "CPU"), cond, impl, **kwargs)
+
+
+def never(*args, **kwargs) -> bool:
+    return False
+
+
+# ----- remove() leaves nothing behind -----
+
+
+def _cond_holding(obj: torch.Tensor):
+    return lambda *args, **kwargs: bool(obj.sum() < 0)
+
+
+def test_removed_override_is_unreachable_and_dispatcher_restored():
+    before = torch._C._dispatch_dump("aten::sub.Tensor")
+    captured = torch.ones(3)
+    alive = weakref.ref(captured)
+    handle = _register("sub.Tensor", _cond_holding(captured), marked_sub)
+    x = torch.arange(3.0)
+    assert torch.equal(torch.sub(x, x), torch.zeros(3))
+    assert torch._C._dispatch_dump("aten::sub.Tensor") != before
+    handle.remove()
+    del handle, captured
+    gc.collect()
+    assert alive() is None
+    assert torch._C._dispatch_dump("aten::sub.Tensor") == before
+    assert ("aten", "sub.Tensor", "CPU") not in REGISTRY._slots
+    with pytest.raises(KeyError):
+        pn.router_source("sub.Tensor", "CPU")
+    # A later registration installs the slot again and routes.
+    again = _register("sub.Tensor", always, marked_sub)
+    try:
+        assert torch.equal(torch.sub(x, x), torch.full((3,), 1000.0))
+    finally:
+        again.remove()
+    assert torch._C._dispatch_dump("aten::sub.Tensor") == before
+
+
+def test_register_remove_cycles_do_not_grow_the_router_namespace():
+    keeper = _register("sub.Tensor", never, marked_sub)
+    try:
+        slot = REGISTRY._slots[("aten", "sub.Tensor", "CPU")]
+        x = torch.arange(3.0)
+        sizes = []
+        for _ in range(3):
+            for _ in range(100):
+                h = _register("sub.Tensor", always, marked_sub)
+                torch.sub(x, x)
+                h.remove()
+            sizes.append((len(slot.namespace), len(slot.codes)))
+        assert sizes[0] == sizes[-1], sizes
+        assert sizes[-1][1] <= 2, sizes
+        uids = {int(name.rsplit("_", 1)[1]) for name in slot.namespace if name.startswith("_pn_cond_")}
+        assert uids == {keeper.uid}
+        assert all(set(k[0]) <= {keeper.uid} for k in slot.codes)
+    finally:
+        keeper.remove()
+
+
+def test_removing_a_derived_variant_slot_restores_the_dispatcher():
+    names = ("aten::add.Tensor", "aten::add_.Tensor", "aten::add.out")
+    before = [torch._C._dispatch_dump(n) for n in names]
+    handle = _register("add.Tensor", always, lambda a, b, alpha=1: torch.sub(a, -b), derive_variants=True)
+    handle.remove()
+    assert [torch._C._dispatch_dump(n) for n in names] == before
