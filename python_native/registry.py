@@ -218,6 +218,9 @@ class Registry:
             )
         sig = self._signature(lib_symbol, op_symbol)
         variants = self._variants(lib_symbol, sig, derive_variants)
+        self._check_autograd_unchanged(lib_symbol, sig, dispatch_key)
+        for _, variant in variants:
+            self._check_autograd_unchanged(lib_symbol, schema.signature_of(lib_symbol, variant), dispatch_key)
 
         pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in variants]
         with self._lock:
@@ -253,12 +256,22 @@ class Registry:
             close = schema.close_op_names(lib_symbol, op_symbol)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ValueError(f"op {lib_symbol}::{op_symbol} does not exist{hint}")
-        if schema.is_composite_implicit_only(lib_symbol, op_symbol):
-            raise ValueError(
-                f"{lib_symbol}::{op_symbol} decomposes above autograd (CompositeImplicitAutograd): "
-                "a backend-key override would bypass its autograd; override the ops it decomposes into"
-            )
         return schema.signature_of(lib_symbol, op_symbol)
+
+    @staticmethod
+    def _check_autograd_unchanged(lib_symbol: str, sig: schema.OpSignature, dispatch_key: str) -> None:
+        if not schema.autograd_would_change(lib_symbol, sig.qualified, dispatch_key):
+            return
+        parts = schema.decomposition_ops(lib_symbol, sig.qualified)
+        instead = f"override the ops it decomposes into ({', '.join(parts)})" if parts else (
+            "override the ops it decomposes into"
+        )
+        raise ValueError(
+            f"{lib_symbol}::{sig.qualified} decomposes above autograd (CompositeImplicitAutograd) and has no "
+            f"kernel of its own at {dispatch_key}: a kernel there would take "
+            f"{schema.autograd_key_of(dispatch_key)} off that decomposition (to the op's own derivative, whose "
+            f"backward kernel {dispatch_key} may lack, or to no gradient at all); {instead} instead"
+        )
 
     def _variants(self, lib_symbol: str, sig: schema.OpSignature, derive: bool | Iterable[str]) -> list[tuple[str, str]]:
         if derive is False:

@@ -80,3 +80,36 @@ def test_removing_a_derived_variant_slot_restores_the_dispatcher():
     handle = _register("add.Tensor", always, lambda a, b, alpha=1: torch.sub(a, -b), derive_variants=True)
     handle.remove()
     assert [torch._C._dispatch_dump(n) for n in names] == before
+
+
+# ----- composite ops: refused where a backend kernel would take autograd off the decomposition -----
+
+COMPOSITES = {
+    "linear": ("mm", lambda x: torch.nn.functional.linear(x, x)),
+    "matmul": ("mm", lambda x: torch.matmul(x, x)),
+    "narrow": ("slice", lambda x: torch.narrow(x, 1, 0, 2)),
+    "chunk": ("split", lambda x: torch.chunk(x, 2, 1)[0]),
+    "max_pool2d": ("max_pool2d_with_indices", lambda x: torch.nn.functional.max_pool2d(x[None, None], 2)),
+    "_fused_rms_norm": ("rsqrt", lambda x: torch.nn.functional.rms_norm(x, (4,), None, 1e-6)),
+}
+
+
+@pytest.mark.parametrize("op", list(COMPOSITES))
+def test_composite_op_without_backend_kernel_is_refused_and_left_intact(op):
+    if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "CPU"):
+        pytest.skip(f"aten::{op} has a CPU kernel of its own in this build")
+    piece, call = COMPOSITES[op]
+    before = torch._C._dispatch_dump(f"aten::{op}"), torch._C._dispatch_dump_table(f"aten::{op}")
+    with pytest.raises(ValueError, match=rf"CompositeImplicitAutograd.*AutogradCPU.*decomposes into \(.*{piece}"):
+        _register(op, never, marked_sub)
+    assert (torch._C._dispatch_dump(f"aten::{op}"), torch._C._dispatch_dump_table(f"aten::{op}")) == before
+    assert ("aten", op, "CPU") not in REGISTRY._slots
+    x = torch.randn(4, 4, requires_grad=True)
+    call(x).sum().backward()
+    assert x.grad is not None
+
+
+def test_ops_with_their_own_autograd_kernel_stay_overridable():
+    # native_layer_norm and bmm have CPU kernels and real autograd kernels: a backend kernel is safe.
+    for op in ("native_layer_norm", "bmm"):
+        _register(op, never, marked_sub).remove()
