@@ -113,3 +113,69 @@ def test_ops_with_their_own_autograd_kernel_stay_overridable():
     # native_layer_norm and bmm have CPU kernels and real autograd kernels: a backend kernel is safe.
     for op in ("native_layer_norm", "bmm"):
         _register(op, never, marked_sub).remove()
+
+
+# ----- Python numbers reach the captured kernel as aten's wrapped numbers -----
+
+SCALAR_DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+]
+NUMBERS = [True, False, 0, 1, -1, 300, 65536, 2**40, 0.5, -1e30, 1e5, 1 + 2j]
+SHAPES = [(), (1,), (3,)]
+
+
+def _number_calls():
+    for name in ("add", "sub", "mul"):
+        fn = getattr(torch, name)
+        yield name, lambda t, n, fn=fn: fn(t, n)
+        yield f"{name} reversed", lambda t, n, fn=fn: fn(n, t)
+        if name != "mul":
+            yield f"{name} alpha", lambda t, n, fn=fn: fn(t, n, alpha=2)
+
+
+def _tensor(dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    base = torch.arange(1, 1 + (shape[0] if shape else 1)).reshape(shape)
+    return base % 2 == 0 if dtype == torch.bool else (base * 3).to(dtype)
+
+
+def _number_results() -> dict:
+    results = {}
+    for dtype in SCALAR_DTYPES:
+        for shape in SHAPES:
+            t = _tensor(dtype, shape)
+            for number in NUMBERS:
+                for name, call in _number_calls():
+                    key = (dtype, shape, repr(number), name)
+                    try:
+                        r = call(t, number)
+                    except Exception as e:  # noqa: BLE001 - the error type is compared with aten's
+                        results[key] = type(e).__name__
+                    else:
+                        results[key] = (r.dtype, r.shape, r.tolist())
+    return results
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_numbers_with_tensors_match_aten_through_a_declining_override():
+    expected = _number_results()
+    handles = [_register(op, never, marked_sub) for op in ("add.Tensor", "sub.Tensor", "mul.Tensor")]
+    try:
+        routed = _number_results()
+    finally:
+        for h in handles:
+            h.remove()
+    after = _number_results()
+    wrong = {k: (expected[k], routed[k]) for k in expected if repr(routed[k]) != repr(expected[k])}
+    assert not wrong, f"{len(wrong)} of {len(expected)} differ from aten, e.g. {list(wrong.items())[:5]}"
+    assert repr(after) == repr(expected)
+
+
+def test_wrapped_number_promotes_like_aten():
+    from python_native import scalars
+
+    small = torch.zeros((), dtype=torch.int8)
+    assert torch.result_type(small, scalars.wrapped_number(300)) == torch.int8
+    assert torch.result_type(small, scalars.wrapped_number(0.5)) == torch.get_default_dtype()
+    assert scalars.wrapped_number(2**40).item() == 2**40
+    assert scalars.wrapped_number(None) is None
