@@ -15,6 +15,7 @@ import importlib
 import inspect
 import itertools
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -614,3 +615,18 @@ _ALLOW_OVERRIDE = (
 )
 
 REGISTRY = Registry()
+
+
+def _renew_locks_in_child() -> None:
+    """A forked child has only the forking thread: a lock another thread held stays held forever.
+
+    The forking thread's own hold on the registry lock is kept (it will release it); any other
+    holder is gone, so the child gets fresh locks.
+    """
+    if not REGISTRY._lock._is_owned():
+        REGISTRY._lock = threading.RLock()
+    REGISTRY.traces._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_in_child)

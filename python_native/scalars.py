@@ -13,6 +13,7 @@ the same way is used instead.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -61,12 +62,6 @@ def _load_prototypes() -> dict[type, torch.Tensor]:
                 found = {}
             _prototypes = found
         return _prototypes
-
-
-def reset_after_fork() -> None:
-    """Give a forked child a fresh lock (the parent's may have been held by another thread)."""
-    global _lock
-    _lock = threading.Lock()
 
 
 def wrapped_number(value: Any) -> Any:
@@ -119,3 +114,13 @@ def _promoting_like_wrapped(value: Any, peers: tuple) -> torch.Tensor:
     if peer.dim() == 0 and torch.promote_types(peer.dtype, wide) == target:
         return number
     return number.to(target)
+
+
+def _renew_lock_in_child() -> None:
+    """A forked child must not inherit the lock another thread held at the fork."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock_in_child)

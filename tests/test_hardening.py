@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import weakref
 
 import pytest
@@ -179,3 +180,62 @@ def test_wrapped_number_promotes_like_aten():
     assert torch.result_type(small, scalars.wrapped_number(0.5)) == torch.get_default_dtype()
     assert scalars.wrapped_number(2**40).item() == 2**40
     assert scalars.wrapped_number(None) is None
+
+
+# ----- fork while another thread holds a lock -----
+
+_FORK_CHILD = r"""
+import os, sys, threading, time, types
+import torch
+from packaging.version import Version
+import python_native as pn
+from python_native import _bootstrap, dsl_registry, scalars, speckey
+from python_native.registry import REGISTRY
+
+pn.register_dsl("forkdsl", types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: Version("1")))
+cache = speckey.SpecializationCache(lambda: 1)
+locks = [REGISTRY._lock, REGISTRY.traces._lock, cache._lock, dsl_registry._lock, _bootstrap._lock, scalars._lock]
+held, done = threading.Event(), threading.Event()
+
+def hold():
+    for lock in locks:
+        lock.acquire()
+    held.set()
+    done.wait()
+    for lock in reversed(locks):
+        lock.release()
+
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    x = torch.arange(3.0)
+    h = pn.register_op_override("forkdsl", "aten", "sub.Tensor", "CPU", lambda *a, **k: True, lambda a, b, alpha=1: torch.full_like(a, 1000.0))
+    ok = torch.equal(torch.sub(x, x), torch.full((3,), 1000.0))
+    with pn.operations_disabled("sub.Tensor"):
+        ok = ok and torch.equal(torch.sub(x, x), torch.zeros(3))
+    with pn.trace() as t:
+        torch.sub(x, 1)
+    ok = ok and cache.get("k") == 1 and t.ops() == ["sub.Tensor"]
+    h.remove()
+    os._exit(0 if ok else 3)
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    got, status = os.waitpid(pid, os.WNOHANG)
+    if got:
+        done.set()
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(pid, 9)
+print("child hung")
+sys.exit(4)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_while_another_thread_holds_the_locks():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
