@@ -115,6 +115,7 @@ class Slot:
         self.overrides: list[OverrideHandle] = []
         self.entry: Any = None  # the function registered with the dispatcher
         self.library: torch.library.Library | None = None  # holds only this slot's registration
+        self.shadowed = ""  # the dispatcher's description of the kernel the fallback captured
         self.codes: dict[tuple, tuple[str, Any]] = {}
         self.current_source = ""
 
@@ -333,12 +334,7 @@ class Registry:
             return False
 
     def _install_slot(self, lib: str, sig: schema.OpSignature, key: str) -> Slot:
-        try:
-            fallback = torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
-        except RuntimeError as e:
-            raise ValueError(
-                f"{lib}::{sig.qualified} has no kernel at {key} to fall back to, so it cannot be overridden there"
-            ) from e
+        fallback = self._current_kernel(lib, sig, key)
         namespace: dict[str, Any] = {
             "__name__": f"python_native.routers.{lib}",
             "__builtins__": builtins,
@@ -352,21 +348,63 @@ class Registry:
             **epilogues.EPILOGUE_GLOBALS,
         }
         slot = Slot(lib, sig, key, namespace)  # the captured kernel lives in the namespace
+        namespace["_pn_recapture"] = lambda error: self._recapture(slot, error)
         source, code = self._variant_code(slot, [], False, ((), False))
         slot.entry = codegen.make_function(code, namespace, sig, f"{slot.file_stem}")
         slot.current_source = source
-        library = torch.library.Library(lib, "IMPL", key)
+        self._register_entry(slot)
+        self._slots[(lib, sig.qualified, key)] = slot
+        return slot
+
+    @staticmethod
+    def _current_kernel(lib: str, sig: schema.OpSignature, key: str) -> Any:
+        try:
+            return torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
+        except RuntimeError as e:
+            raise ValueError(
+                f"{lib}::{sig.qualified} has no kernel at {key} to fall back to, so it cannot be overridden there"
+            ) from e
+
+    @staticmethod
+    def _register_entry(slot: Slot) -> None:
+        """Put ``slot.entry`` into the dispatcher through a Library of its own."""
+        library = torch.library.Library(slot.lib, "IMPL", slot.dispatch_key)
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
                 warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
-                library.impl(sig.qualified, slot.entry, key, with_keyset=True, **_ALLOW_OVERRIDE)
+                library.impl(slot.sig.qualified, slot.entry, slot.dispatch_key, with_keyset=True, **_ALLOW_OVERRIDE)
         except BaseException:
             library._destroy()
             raise
         slot.library = library
-        self._slots[(lib, sig.qualified, key)] = slot
-        return slot
+        slot.shadowed = _shadowed_kernel(slot)
+
+    def _recapture(self, slot: Slot, error: RuntimeError) -> bool:
+        """After the captured kernel raised: capture the dispatcher's kernel again if it changed.
+
+        The kernel under ours changes when a ``torch.library.Library`` that provided it is
+        destroyed; the captured one then refuses every call. Our registration is taken out to
+        read the kernel now at the key, then put back. True when the caller should retry.
+        """
+        with self._lock:
+            if slot.library is None:
+                return False
+            stale = "invalidated" in str(error) or _shadowed_kernel(slot) != slot.shadowed
+            if not stale:
+                return False
+            slot.library._destroy()
+            slot.library = None
+            try:
+                fallback = self._current_kernel(slot.lib, slot.sig, slot.dispatch_key)
+            except ValueError:
+                fallback = None
+            finally:
+                self._register_entry(slot)
+            if fallback is None:
+                return False
+            slot.namespace["_pn_fallback"] = fallback
+            return True
 
     def _uninstall_slot(self, slot: Slot) -> None:
         """Take ``slot``'s registration out of the dispatcher and forget the slot entirely."""
@@ -602,6 +640,15 @@ def _import_callable(path: str) -> OrderFn:
     if not callable(fn):
         raise ValueError(f"ordering function {path!r} (from {env.ORDER_FN}) is not callable")
     return fn
+
+
+def _shadowed_kernel(slot: Slot) -> str:
+    """How the dispatcher describes the kernel right under ours at the slot's key."""
+    prefix = f"{slot.dispatch_key} (inactive):"
+    for line in torch._C._dispatch_dump(f"{slot.lib}::{slot.sig.qualified}").splitlines():
+        if line.startswith(prefix):
+            return line
+    return ""
 
 
 _PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_")

@@ -239,3 +239,47 @@ def test_fork_while_another_thread_holds_the_locks():
 
     r = subprocess.run([sys.executable, "-c", _FORK_CHILD], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+# ----- the fallback follows the dispatcher when the captured kernel's library goes away -----
+
+
+@pytest.mark.filterwarnings("ignore:.*[Oo]verrid")
+def test_fallback_follows_the_dispatcher_after_its_library_is_destroyed():
+    before = torch._C._dispatch_dump("aten::sub.Tensor")
+    user = torch.library.Library("aten", "IMPL", "CPU")
+    user.impl("sub.Tensor", lambda a, b, alpha=1: torch.full_like(a, 7.0), "CPU")
+    x = torch.arange(3.0)
+    routed = {"on": False}
+    handle = _register("sub.Tensor", lambda *a, **k: routed["on"], marked_sub)
+    try:
+        assert torch.equal(torch.sub(x, x), torch.full((3,), 7.0))  # the captured user kernel
+        user._destroy()
+        assert torch.equal(torch.sub(x, x), torch.zeros(3))  # aten's kernel, captured again
+        assert torch.equal(torch.sub(x, x), torch.zeros(3))
+        routed["on"] = True
+        assert torch.equal(torch.sub(x, x), torch.full((3,), 1000.0))  # still routed
+    finally:
+        handle.remove()
+    assert torch._C._dispatch_dump("aten::sub.Tensor") == before
+
+
+@pytest.mark.filterwarnings("ignore:.*[Oo]verrid")
+def test_a_kernel_error_is_raised_once_and_not_retried():
+    calls = []
+
+    def failing(a, b, alpha=1):
+        calls.append(1)
+        raise RuntimeError("kernel says no")
+
+    user = torch.library.Library("aten", "IMPL", "CPU")
+    user.impl("sub.Tensor", failing, "CPU")
+    handle = _register("sub.Tensor", never, marked_sub)
+    try:
+        with pytest.raises(RuntimeError, match="kernel says no"):
+            torch.sub(torch.ones(2), torch.ones(2))
+        assert len(calls) == 1
+    finally:
+        handle.remove()
+        user._destroy()
+    assert torch.equal(torch.sub(torch.ones(2), torch.ones(2)), torch.zeros(2))
