@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 from types import ModuleType
 
@@ -63,3 +64,13 @@ def backend_loaded(name: str, module: ModuleType) -> None:
             module.register_overrides()
     except Exception:
         log.exception("python_native: could not register the %s overrides", name)
+
+
+def _renew_lock_in_child() -> None:
+    """A forked child must not inherit the lock another thread held at the fork."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock_in_child)

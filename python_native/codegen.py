@@ -2,7 +2,7 @@
 
 A router has the op's own signature, tests the active overrides' conds in order, calls the first
 matching impl directly (no second trip through the dispatcher) and ends with the kernel captured
-from the dispatcher. Everything known at (re)generation time is baked in: which overrides are
+from the dispatcher (captured again if it went stale). Everything known at (re)generation time is baked in: which overrides are
 active, which are unconditional, the mutation epilogue of derived variants, whether calls are
 traced. Every variant of a slot shares one signature, so swapping a slot to another variant is an
 assignment to the registered function's ``__code__``: atomic, and in-flight calls keep the code
@@ -82,7 +82,17 @@ def _fallback(sig: OpSignature, indent: str) -> list[str]:
                 f"{indent}if {name}.__class__ in _pn_numbers:",
                 f"{indent}    {name} = _pn_coerce({name}, ({peers}{',' if peers else ''}))",
             ]
-    lines.append(f"{indent}return _pn_fallback.call_boxed(_pn_keyset, {_call_args(sig)})")
+    # The try costs nothing until the kernel raises; a captured kernel whose library was destroyed
+    # since is then replaced by the one the dispatcher has now, and the call retried once.
+    call = f"return _pn_fallback.call_boxed(_pn_keyset, {_call_args(sig)})"
+    lines += [
+        f"{indent}try:",
+        f"{indent}    {call}",
+        f"{indent}except RuntimeError as _pn_error:",
+        f"{indent}    if not _pn_recapture(_pn_error):",
+        f"{indent}        raise",
+        f"{indent}{call}",
+    ]
     return lines
 
 

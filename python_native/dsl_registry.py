@@ -10,6 +10,7 @@ time the DSL list is asked for, never during ``import torch``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Protocol
 
@@ -124,3 +125,14 @@ def unavailable_reason(name: str) -> str | None:
         except Exception as e:  # a broken DSL module must not break the report
             return f"availability check failed: {e!r}"
     return None if available(name) else "runtime not available"
+
+
+def _renew_lock_in_child() -> None:
+    """A forked child must not inherit the lock another thread held at the fork."""
+    global _lock
+    if not _lock._is_owned():
+        _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_lock_in_child)

@@ -3,8 +3,9 @@
 A *slot* is one ``(namespace, op, dispatch key)``. The first override of a slot captures the
 kernel the dispatcher had there and installs, once, a generated router (see ``codegen``). Every
 later change (a registration, a removal, a disable, a scope, a trace) regenerates or re-selects
-that slot's router and swaps it in through the registered function's ``__code__``. Registrations
-are never torn down, so no kernel is freed while another thread may be running it.
+that slot's router and swaps it in through the registered function's ``__code__``. Each slot owns
+one ``torch.library.Library``: removing a slot's last override destroys it, so the dispatcher is
+exactly as it was before the first registration, and drops every reference the slot held.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 import inspect
 import itertools
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -112,6 +114,8 @@ class Slot:
         self.namespace = entry_namespace
         self.overrides: list[OverrideHandle] = []
         self.entry: Any = None  # the function registered with the dispatcher
+        self.library: torch.library.Library | None = None  # holds only this slot's registration
+        self.shadowed = ""  # the dispatcher's description of the kernel the fallback captured
         self.codes: dict[tuple, tuple[str, Any]] = {}
         self.current_source = ""
 
@@ -159,7 +163,6 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._slots: dict[tuple[str, str, str], Slot] = {}
-        self._libraries: dict[tuple[str, str], torch.library.Library] = {}
         self._index: dict[str, dict[str, set[Slot]]] = {kind: {} for kind in KINDS}
         self._uids = itertools.count()
         self.switches = Switches()
@@ -217,6 +220,9 @@ class Registry:
             )
         sig = self._signature(lib_symbol, op_symbol)
         variants = self._variants(lib_symbol, sig, derive_variants)
+        self._check_autograd_unchanged(lib_symbol, sig, dispatch_key)
+        for _, variant in variants:
+            self._check_autograd_unchanged(lib_symbol, schema.signature_of(lib_symbol, variant), dispatch_key)
 
         pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in variants]
         with self._lock:
@@ -252,12 +258,22 @@ class Registry:
             close = schema.close_op_names(lib_symbol, op_symbol)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ValueError(f"op {lib_symbol}::{op_symbol} does not exist{hint}")
-        if schema.is_composite_implicit_only(lib_symbol, op_symbol):
-            raise ValueError(
-                f"{lib_symbol}::{op_symbol} decomposes above autograd (CompositeImplicitAutograd): "
-                "a backend-key override would bypass its autograd; override the ops it decomposes into"
-            )
         return schema.signature_of(lib_symbol, op_symbol)
+
+    @staticmethod
+    def _check_autograd_unchanged(lib_symbol: str, sig: schema.OpSignature, dispatch_key: str) -> None:
+        if not schema.autograd_would_change(lib_symbol, sig.qualified, dispatch_key):
+            return
+        parts = schema.decomposition_ops(lib_symbol, sig.qualified)
+        instead = f"override the ops it decomposes into ({', '.join(parts)})" if parts else (
+            "override the ops it decomposes into"
+        )
+        raise ValueError(
+            f"{lib_symbol}::{sig.qualified} decomposes above autograd (CompositeImplicitAutograd) and has no "
+            f"kernel of its own at {dispatch_key}: a kernel there would take "
+            f"{schema.autograd_key_of(dispatch_key)} off that decomposition (to the op's own derivative, whose "
+            f"backward kernel {dispatch_key} may lack, or to no gradient at all); {instead} instead"
+        )
 
     def _variants(self, lib_symbol: str, sig: schema.OpSignature, derive: bool | Iterable[str]) -> list[tuple[str, str]]:
         if derive is False:
@@ -318,12 +334,7 @@ class Registry:
             return False
 
     def _install_slot(self, lib: str, sig: schema.OpSignature, key: str) -> Slot:
-        try:
-            fallback = torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
-        except RuntimeError as e:
-            raise ValueError(
-                f"{lib}::{sig.qualified} has no kernel at {key} to fall back to, so it cannot be overridden there"
-            ) from e
+        fallback = self._current_kernel(lib, sig, key)
         namespace: dict[str, Any] = {
             "__name__": f"python_native.routers.{lib}",
             "__builtins__": builtins,
@@ -337,19 +348,71 @@ class Registry:
             **epilogues.EPILOGUE_GLOBALS,
         }
         slot = Slot(lib, sig, key, namespace)  # the captured kernel lives in the namespace
+        namespace["_pn_recapture"] = lambda error: self._recapture(slot, error)
         source, code = self._variant_code(slot, [], False, ((), False))
         slot.entry = codegen.make_function(code, namespace, sig, f"{slot.file_stem}")
         slot.current_source = source
-        library = self._libraries.get((lib, key))
-        if library is None:
-            library = torch.library.Library(lib, "IMPL", key)
-            self._libraries[(lib, key)] = library
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
-            warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
-            library.impl(sig.qualified, slot.entry, key, with_keyset=True, **_ALLOW_OVERRIDE)
+        self._register_entry(slot)
         self._slots[(lib, sig.qualified, key)] = slot
         return slot
+
+    @staticmethod
+    def _current_kernel(lib: str, sig: schema.OpSignature, key: str) -> Any:
+        try:
+            return torch.library.get_kernel(f"{lib}::{sig.qualified}", key)
+        except RuntimeError as e:
+            raise ValueError(
+                f"{lib}::{sig.qualified} has no kernel at {key} to fall back to, so it cannot be overridden there"
+            ) from e
+
+    @staticmethod
+    def _register_entry(slot: Slot) -> None:
+        """Put ``slot.entry`` into the dispatcher through a Library of its own."""
+        library = torch.library.Library(slot.lib, "IMPL", slot.dispatch_key)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+                warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
+                library.impl(slot.sig.qualified, slot.entry, slot.dispatch_key, with_keyset=True, **_ALLOW_OVERRIDE)
+        except BaseException:
+            library._destroy()
+            raise
+        slot.library = library
+        slot.shadowed = _shadowed_kernel(slot)
+
+    def _recapture(self, slot: Slot, error: RuntimeError) -> bool:
+        """After the captured kernel raised: capture the dispatcher's kernel again if it changed.
+
+        The kernel under ours changes when a ``torch.library.Library`` that provided it is
+        destroyed; the captured one then refuses every call. Our registration is taken out to
+        read the kernel now at the key, then put back. True when the caller should retry.
+        """
+        with self._lock:
+            if slot.library is None:
+                return False
+            stale = "invalidated" in str(error) or _shadowed_kernel(slot) != slot.shadowed
+            if not stale:
+                return False
+            slot.library._destroy()
+            slot.library = None
+            try:
+                fallback = self._current_kernel(slot.lib, slot.sig, slot.dispatch_key)
+            except ValueError:
+                fallback = None
+            finally:
+                self._register_entry(slot)
+            if fallback is None:
+                return False
+            slot.namespace["_pn_fallback"] = fallback
+            return True
+
+    def _uninstall_slot(self, slot: Slot) -> None:
+        """Take ``slot``'s registration out of the dispatcher and forget the slot entirely."""
+        self._slots.pop((slot.lib, slot.sig.qualified, slot.dispatch_key), None)
+        library, slot.library = slot.library, None
+        if library is not None:
+            library._destroy()
+        slot.codes.clear()
 
     # ----- ordering -----
 
@@ -397,6 +460,11 @@ class Registry:
     # ----- removal -----
 
     def remove(self, handle: OverrideHandle) -> None:
+        """Take ``handle`` (and its derived variants) out; nothing of them stays reachable.
+
+        The slot's router is swapped first, then the override's globals and every cached router
+        variant naming it are dropped. A slot left with no override is uninstalled.
+        """
         with self._lock:
             for o in (handle, *handle.derived):
                 if o._removed:
@@ -406,6 +474,16 @@ class Registry:
                 slot.overrides.remove(o)
                 self._reindex(slot)
                 self._refresh(slot)
+                self._forget(slot, o.uid)
+                if not slot.overrides:
+                    self._uninstall_slot(slot)
+
+    @staticmethod
+    def _forget(slot: Slot, uid: int) -> None:
+        for prefix in _PER_OVERRIDE_GLOBALS:
+            slot.namespace.pop(f"{prefix}{uid}", None)
+        for key in [k for k in slot.codes if uid in k[0]]:
+            del slot.codes[key]
 
     def _reindex(self, slot: Slot) -> None:
         for kind in KINDS:
@@ -564,6 +642,17 @@ def _import_callable(path: str) -> OrderFn:
     return fn
 
 
+def _shadowed_kernel(slot: Slot) -> str:
+    """How the dispatcher describes the kernel right under ours at the slot's key."""
+    prefix = f"{slot.dispatch_key} (inactive):"
+    for line in torch._C._dispatch_dump(f"{slot.lib}::{slot.sig.qualified}").splitlines():
+        if line.startswith(prefix):
+            return line
+    return ""
+
+
+_PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_")
+
 _NUMBER_TYPES = frozenset({bool, int, float, complex})
 
 _ALLOW_OVERRIDE = (
@@ -573,3 +662,18 @@ _ALLOW_OVERRIDE = (
 )
 
 REGISTRY = Registry()
+
+
+def _renew_locks_in_child() -> None:
+    """A forked child has only the forking thread: a lock another thread held stays held forever.
+
+    The forking thread's own hold on the registry lock is kept (it will release it); any other
+    holder is gone, so the child gets fresh locks.
+    """
+    if not REGISTRY._lock._is_owned():
+        REGISTRY._lock = threading.RLock()
+    REGISTRY.traces._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_in_child)

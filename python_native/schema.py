@@ -151,25 +151,94 @@ def signature_of(lib_symbol: str, op_symbol: str) -> OpSignature:
     )
 
 
-def is_composite_implicit_only(lib_symbol: str, op_symbol: str) -> bool:
-    """True when the op decomposes above autograd, so a backend-key kernel would bypass autograd.
+_FUNCTIONALITY_PREFIXES = ("SparseCsr", "Sparse", "Quantized", "Mkldnn")
 
-    Such an op (``aten::rms_norm``, say) has a CompositeImplicitAutograd kernel and no autograd
-    kernel of its own: installing a backend kernel would make autograd skip its decomposition.
+
+def autograd_key_of(dispatch_key: str) -> str:
+    """The autograd key serving a backend key: ``CPU`` and ``SparseCPU`` → ``AutogradCPU``."""
+    if dispatch_key.startswith("NestedTensor"):
+        return "AutogradNestedTensor"
+    backend = dispatch_key
+    for prefix in _FUNCTIONALITY_PREFIXES:
+        if backend.startswith(prefix) and backend != prefix:
+            backend = backend[len(prefix):]
+            break
+    candidate = f"Autograd{backend}"
+    return candidate if candidate in torch._C.DispatchKey.__members__ else "AutogradOther"
+
+
+def _computed_kind(full: str, runtime_key: str) -> str | None:
+    """How the dispatcher fills ``runtime_key`` for ``full`` now: ``"math kernel"``, ``"autograd kernel"``, ..."""
+    prefix = f"{runtime_key}:"
+    for line in torch._C._dispatch_dump_table(full).splitlines():
+        if line.startswith(prefix) and line.endswith("]"):
+            return line[line.rindex("[") + 1:-1]
+    return None
+
+
+def autograd_would_change(lib_symbol: str, op_symbol: str, dispatch_key: str) -> bool:
+    """True when a kernel at ``dispatch_key`` would change which kernel autograd runs for the op.
+
+    For an op with a CompositeImplicitAutograd kernel and no kernel of its own at the backend,
+    autograd runs the decomposition (each piece records its own gradient). A backend kernel flips
+    the backend's autograd key to the op's registered autograd kernel, whose derivative may call a
+    backward op that has no kernel there (``linear_backward`` on CPU). Only an op whose autograd key
+    already runs a real autograd kernel is safe to override at a backend key.
     """
     full = f"{lib_symbol}::{op_symbol}"
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-    if not has(full, "CompositeImplicitAutograd"):
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd"):
         return False
-    # An op whose autograd comes only from the composite kernel has nothing at Autograd
-    # beyond that alias; one with a derivative formula (``_fused_rms_norm``) has its own.
-    return not _has_own_autograd_kernel(full)
+    return _computed_kind(full, autograd_key_of(dispatch_key)) == "math kernel"
 
 
-def _has_own_autograd_kernel(full: str) -> bool:
-    dump = torch._C._dispatch_dump(full)
-    for line in dump.splitlines():
-        head = line.split(":", 1)[0].strip()
-        if head.startswith("Autograd") and "CompositeImplicitAutograd" not in line:
-            return True
-    return False
+def decomposition_ops(lib_symbol: str, op_symbol: str) -> list[str]:
+    """Best effort: the ops the composite kernel of ``lib_symbol::op_symbol`` calls, in first-call order.
+
+    Runs the decomposition once on small meta tensors built from the schema; an op whose
+    arguments cannot be made up that way gives ``[]``.
+    """
+    overload = find_overload(lib_symbol, op_symbol)
+    if overload is None:
+        return []
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: dict[str, None] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[qualify(func.overloadpacket.__name__, func._overloadname)] = None
+            return func(*args, **(kwargs or {}))
+
+    for rank in (2, 4, 3):
+        args = _meta_args(overload._schema, rank)
+        if args is None:
+            return []
+        recorder = _Recorder()
+        try:
+            with recorder:
+                overload.decompose(*args)
+        except Exception:
+            continue
+        return list(recorder.ops)
+    return []
+
+
+def _meta_args(schema: torch._C.FunctionSchema, rank: int) -> list[Any] | None:
+    args: list[Any] = []
+    for arg in schema.arguments:
+        if arg.kwarg_only or arg.has_default_value():
+            break
+        kind = str(arg.type)
+        if kind in ("Tensor", "Optional[Tensor]", "Tensor?"):
+            args.append(torch.ones((2,) * rank, device="meta"))
+        elif "int[" in kind.lower() or "list[int]" in kind.lower() or "list[symint]" in kind.lower():
+            args.append([2] * (rank - 2 or 1))
+        elif kind in ("int", "SymInt"):
+            args.append(1)
+        elif "float" in kind:
+            args.append(1e-5)
+        else:
+            return None
+    return args

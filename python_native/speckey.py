@@ -9,7 +9,9 @@ shape get equal keys.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -65,6 +67,7 @@ class SpecializationCache(Generic[T]):
         self._entries: dict[Hashable, T] = {}
         self._lock = threading.Lock()
         self._max = max_entries
+        _caches.add(self)
 
     def get(self, k: Hashable, *build_args: Any) -> T:
         """The variant for key ``k``, built with ``build(*build_args)`` on first use."""
@@ -81,3 +84,16 @@ class SpecializationCache(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+_caches: weakref.WeakSet[SpecializationCache] = weakref.WeakSet()
+
+
+def _renew_locks_in_child() -> None:
+    """A forked child must not inherit a build lock another thread held at the fork."""
+    for cache in list(_caches):
+        cache._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_in_child)
