@@ -29,9 +29,19 @@ def load_builtin_dsls() -> None:
     """
     for name, module_name in BUILTIN_DSLS.items():
         try:
-            importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
+        except RuntimeError as e:
+            if type(e).__name__ != "_DeadlockError":
+                log.exception("python_native: could not load the %s backend", name)
+            # Otherwise another thread is importing the backend; it registers itself when complete.
+            continue
         except Exception:
             log.exception("python_native: could not load the %s backend", name)
+            continue
+        # A backend imports python_native only in its last statement, so what we get here has all
+        # its definitions; announcing it again is a no-op, and covers a backend whose own
+        # announcement met this import in another thread.
+        backend_loaded(name, module)
 
 
 def backend_loaded(name: str, module: ModuleType) -> None:

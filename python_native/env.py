@@ -18,10 +18,15 @@ _FALSY = {"", "0", "false", "no", "off"}
 
 
 def _first(names: tuple[str, ...]) -> str | None:
+    found = _first_set(names)
+    return found[1] if found is not None else None
+
+
+def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
     for name in names:
         value = os.environ.get(name)
         if value is not None and value.strip():
-            return value.strip()
+            return name, value.strip()
     return None
 
 
@@ -42,6 +47,11 @@ def skip_version_check() -> bool:
 def order_fn_path() -> str | None:
     """Dotted path of a user function that orders each slot's overrides."""
     return _first(ORDER_FN)
+
+
+def order_fn_setting() -> tuple[str, str] | None:
+    """``(variable, dotted path)`` of the ordering function, naming whichever variable set it."""
+    return _first_set(ORDER_FN)
 
 
 def dump_dir() -> str | None:

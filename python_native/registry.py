@@ -368,11 +368,20 @@ class Registry:
         return result
 
     def _get_order_fn(self) -> OrderFn | None:
+        """The user's ordering function from the environment, loaded once.
+
+        A path that cannot be imported must not cost any override its place: it is reported once
+        (a UserWarning naming the variable and the import error) and the default order is used.
+        """
         if not self._order_fn_loaded:
             self._order_fn_loaded = True
-            path = env.order_fn_path()
-            if path:
-                self._order_fn = _import_callable(path)
+            setting = env.order_fn_setting()
+            if setting is not None:
+                variable, path = setting
+                try:
+                    self._order_fn = _import_callable(path, variable)
+                except ValueError as e:
+                    warnings.warn(f"python_native: {e}; using the default order", UserWarning, stacklevel=2)
         return self._order_fn
 
     def reorder(self, fn: OrderFn | None) -> None:
@@ -553,14 +562,14 @@ class Registry:
         return slot.current_source
 
 
-def _import_callable(path: str) -> OrderFn:
+def _import_callable(path: str, variable: str) -> OrderFn:
     module_name, _, attr = path.rpartition(".")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"ordering function {path!r} (from {env.ORDER_FN}) could not be imported: {e}") from e
+    except Exception as e:  # whatever the user's module raises while importing
+        raise ValueError(f"ordering function {path!r} (from {variable}) could not be imported: {e}") from e
     if not callable(fn):
-        raise ValueError(f"ordering function {path!r} (from {env.ORDER_FN}) is not callable")
+        raise ValueError(f"ordering function {path!r} (from {variable}) is not callable: {fn!r}")
     return fn
 
 
