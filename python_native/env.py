@@ -13,6 +13,7 @@ SKIP_VERSION_CHECK = ("PYTHON_NATIVE_SKIP_VERSION_CHECK", "TORCH_NATIVE_SKIP_VER
 ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
+CHECK = ("PYTHON_NATIVE_CHECK",)
 
 _FALSY = {"", "0", "false", "no", "off"}
 
@@ -62,3 +63,9 @@ def dump_dir() -> str | None:
 def triton_interpret() -> bool:
     """Run Triton kernels through Triton's interpreter, on CPU tensors."""
     return _flag(TRITON_INTERPRET)
+
+
+def check_overrides() -> bool:
+    """Checked mode, read at each registration: every fired override is compared with aten's kernel
+    on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
+    return _flag(CHECK)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import codegen, dsl_registry, env, epilogues, scalars, schema
+from python_native import checked, codegen, dsl_registry, env, epilogues, scalars, schema
 from python_native.switches import KINDS, Switches
 from python_native.tracing import Trace, TraceHub
 
@@ -299,7 +299,7 @@ class Registry:
         handle._slot = slot
         ns = slot.namespace
         ns[f"_pn_cond_{uid}"] = handle.cond
-        ns[f"_pn_impl_{uid}"] = handle.impl
+        ns[f"_pn_impl_{uid}"] = checked.impl_for(handle)  # the impl itself unless PYTHON_NATIVE_CHECK is on
         ns[f"_pn_label_{uid}"] = f"python_native::{handle.dsl}::{handle.op}"
         ns[f"_pn_event_{uid}"] = (handle.op, handle.dispatch_key, handle.dsl, "override", handle.name)
         slot.overrides = order
