@@ -15,6 +15,16 @@ DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
 
+# Every switch with what it does, for the status report (keep in step with the readers below).
+SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (DISABLE_ALL, "every override off for the process (registrations recorded, never routed to)"),
+    (SKIP_VERSION_CHECK, "DSL version gates pass whatever version is installed"),
+    (ORDER_FN, "dotted path of a function ordering each slot's overrides"),
+    (DUMP_DIR, "folder where every generated router is written"),
+    (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
+    (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+)
+
 _FALSY = {"", "0", "false", "no", "off"}
 
 
@@ -69,3 +79,19 @@ def check_overrides() -> bool:
     """Checked mode, read at each registration: every fired override is compared with aten's kernel
     on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
     return _flag(CHECK)
+
+
+def current() -> list[dict[str, str | None]]:
+    """Each switch: its name, the variable that set it (when an alias did), its value and meaning."""
+    rows = []
+    for names, meaning in SWITCHES:
+        found = _first_set(names)
+        rows.append(
+            {
+                "name": names[0],
+                "set_by": found[0] if found is not None else None,
+                "value": found[1] if found is not None else None,
+                "meaning": meaning,
+            }
+        )
+    return rows

@@ -100,6 +100,13 @@ def register_overrides() -> list:
     return handles
 
 
+def skipped_overrides() -> dict[str, str]:
+    """Op families not installed here, each with why (for the status report)."""
+    from .ops import SKIPPED
+
+    return dict(SKIPPED)
+
+
 # Last, and the only module-level import of python_native: the module is complete, so the control
 # plane may register it now. When python_native is importing this module from another thread at
 # this very moment, the import machinery reports a deadlock here; python_native registers it then.
