@@ -124,7 +124,7 @@ def _is_functionality_key(key: str) -> bool:
 
 
 @functools.cache
-def accepted_dispatch_keys() -> tuple[str, ...]:
+def accepted_dispatch_keys() -> frozenset[str]:
     """Keys an override can sit at (the registry's backend-key rule), hence the only ones worth switching."""
     accepted = []
     for key in torch._C.DispatchKey.__members__:
@@ -135,19 +135,35 @@ def accepted_dispatch_keys() -> tuple[str, ...]:
         except ValueError:
             continue
         accepted.append(key)
-    return tuple(accepted)
+    return frozenset(accepted)
 
 
 def _accepted_summary() -> str:
     kinds = tuple(k for k in torch._C.DispatchKey.__members__ if _is_functionality_key(k) and k != "Dense")
-    dense = [k for k in accepted_dispatch_keys() if not k.startswith(kinds)]
+    accepted = accepted_dispatch_keys()
+    dense = [k for k in torch._C.DispatchKey.__members__ if k in accepted and not k.startswith(kinds)]
     return (
         f"{', '.join(dense)}, and their {'/'.join(k for k in kinds if not k.startswith(_NON_BACKEND_PREFIXES))} "
         "forms (e.g. SparseCUDA)"
     )
 
 
-def dispatch_key_names(values: Iterable[Any]) -> tuple[str, ...]:
+_keys_checked: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+
+def dispatch_key_names(values: tuple[Any, ...]) -> tuple[str, ...]:
+    """Check dispatch keys (str or ``torch._C.DispatchKey``); cached, since scopes are entered in hot loops."""
+    try:
+        return _keys_checked[values]
+    except (KeyError, TypeError):
+        pass
+    names = _check_dispatch_keys(values)
+    if len(_keys_checked) < 1024:
+        _keys_checked[values] = names
+    return names
+
+
+def _check_dispatch_keys(values: Iterable[Any]) -> tuple[str, ...]:
     names = []
     members = torch._C.DispatchKey.__members__
     for value in values:
