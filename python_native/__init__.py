@@ -10,6 +10,10 @@
     with pn.operations_disabled("bmm"): ...
     with pn.trace() as t: ...
 
+Scopes are decorators too (``@pn.operations_disabled("bmm")``). With ``PYTHON_NATIVE_CHECK=1`` set
+before overrides register, each fired override is compared with aten's kernel and a difference
+raises ``pn.OverrideMismatch``.
+
 Importing never imports a DSL runtime: kernels load on the first call that needs them.
 """
 
@@ -21,6 +25,7 @@ from collections.abc import Iterable
 import torch
 
 from python_native import _module, dsl_registry, speckey
+from python_native.checked import OverrideMismatch
 from python_native.controller import DSLController, Scope, dispatch_key_names, dsl_name, op_names
 from python_native.registry import REGISTRY, Cond, Impl, OrderFn, OverrideHandle
 from python_native.tracing import Trace, TraceEvent
@@ -47,6 +52,7 @@ __all__ = [
     "status",
     "DSLController",
     "OverrideHandle",
+    "OverrideMismatch",
     "Trace",
     "TraceEvent",
     "speckey",

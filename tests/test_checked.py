@@ -53,6 +53,7 @@ def test_wrong_values_raise_naming_the_override(overrides, check_on):
     with pytest.raises(OverrideMismatch, match=rf"{handle.name}.*sub\.Tensor @ CPU.*differs from aten") as info:
         torch.sub(x, x)
     assert isinstance(info.value, AssertionError) and "Mismatched elements" in str(info.value)
+    assert pn.OverrideMismatch is OverrideMismatch
 
 
 @pytest.mark.parametrize(
