@@ -10,6 +10,10 @@
     with pn.operations_disabled("bmm"): ...
     with pn.trace() as t: ...
 
+Scopes are decorators too (``@pn.operations_disabled("bmm")``). With ``PYTHON_NATIVE_CHECK=1`` set
+before overrides register, each fired override is compared with aten's kernel and a difference
+raises ``pn.OverrideMismatch``.
+
 Importing never imports a DSL runtime: kernels load on the first call that needs them.
 """
 
@@ -18,8 +22,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 
+import torch
+
 from python_native import _module, dsl_registry, speckey
-from python_native.controller import DSLController, Scope, dispatch_key_names, op_names
+from python_native.checked import OverrideMismatch
+from python_native.controller import DSLController, Scope, dispatch_key_names, dsl_name, op_names
 from python_native.registry import REGISTRY, Cond, Impl, OrderFn, OverrideHandle
 from python_native.tracing import Trace, TraceEvent
 
@@ -45,6 +52,7 @@ __all__ = [
     "status",
     "DSLController",
     "OverrideHandle",
+    "OverrideMismatch",
     "Trace",
     "TraceEvent",
     "speckey",
@@ -76,6 +84,7 @@ def register_op_override(
     ``derive_variants=True`` (or ``("inplace", "out")``) also routes the op's in-place and
     ``out=`` variants to the same cond and impl, finished by a generated epilogue.
     """
+    _require_overload(lib_symbol, op_symbol)
     return REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
@@ -103,7 +112,7 @@ def enable_operations(*op_symbols: str) -> None:
 
 
 def operations_disabled(*op_symbols: str) -> Scope:
-    """Context manager: these ops run aten's kernels inside the block."""
+    """Context manager or decorator: these ops run aten's kernels inside the block or call."""
     return Scope("op", op_names(op_symbols))
 
 
@@ -117,19 +126,27 @@ def enable_dispatch_keys(*dispatch_keys: str) -> None:
 
 
 def dispatch_keys_disabled(*dispatch_keys: str) -> Scope:
-    """Context manager: overrides at these keys are off inside the block."""
+    """Context manager or decorator: overrides at these keys are off inside the block or call."""
     return Scope("key", dispatch_key_names(dispatch_keys))
 
 
 def is_operation_disabled(op_symbol: str) -> bool:
-    """Whether ``op_symbol`` is off (a qualified name is also off when its bare name is)."""
+    """Whether ``op_symbol`` is off: by its own name, its bare name, or (for an in-place or
+    ``out=`` variant derived from another op's override) by the name of the op it derives from."""
     (name,) = op_names((op_symbol,))
     packet = name.partition(".")[0]
-    return REGISTRY.is_off("op", name) or REGISTRY.is_off("op", packet)
+    if REGISTRY.is_off("op", name) or REGISTRY.is_off("op", packet):
+        return True
+    return any(
+        REGISTRY.is_off("op", parent_name)
+        for o in REGISTRY.overrides()
+        if o.derived_from is not None and name in (o.op, o.op.partition(".")[0])
+        for parent_name in o.derived_from.op_names
+    )
 
 
-def is_dsl_disabled(dsl_name: str) -> bool:
-    return REGISTRY.is_off("dsl", dsl_name)
+def is_dsl_disabled(dsl_name_: str) -> bool:
+    return REGISTRY.is_off("dsl", dsl_name(dsl_name_))
 
 
 def is_dispatch_key_disabled(dispatch_key: str) -> bool:
@@ -148,7 +165,24 @@ def reorder_overrides(fn: OrderFn | None) -> None:
 
 def router_source(op_symbol: str, dispatch_key: str, lib_symbol: str = "aten") -> str:
     """Source of the router the dispatcher runs now for ``lib_symbol::op_symbol`` at ``dispatch_key``."""
-    return REGISTRY.router_source(op_symbol, dispatch_key, lib_symbol)
+    _require_overload(lib_symbol, op_symbol)
+    (key,) = dispatch_key_names((dispatch_key,))
+    return REGISTRY.router_source(op_symbol, key, lib_symbol)
+
+
+def _require_overload(lib_symbol: str, op_symbol: str) -> None:
+    """A bare name (``"bmm"``) names the op's default overload; ``"add"`` has none in the dispatcher."""
+    if not isinstance(op_symbol, str) or not isinstance(lib_symbol, str) or "." in op_symbol:
+        return
+    if not op_symbol.isidentifier() or torch._C._dispatch_has_kernel(f"{lib_symbol}::{op_symbol}"):
+        return
+    prefix = f"{lib_symbol}::{op_symbol}."
+    overloads = sorted(n.partition("::")[2] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix))
+    if overloads:
+        raise ValueError(
+            f"{lib_symbol}::{op_symbol} has no default overload: name one of {', '.join(overloads[:8])}"
+            f"{', ...' if len(overloads) > 8 else ''}"
+        )
 
 
 def trace() -> Trace:

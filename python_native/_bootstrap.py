@@ -34,8 +34,25 @@ def load_builtin_dsls() -> None:
 
     _guarded("detach torch._native's routers", native_bridge.detach)
     for name, module_name in BUILTIN_DSLS.items():
-        _guarded(f"load the {name} backend", importlib.import_module, module_name)
+        _load_backend(name, module_name)
     _guarded("adopt torch._native's overrides", native_bridge.adopt_all)
+
+
+def _load_backend(name: str, module_name: str) -> None:
+    try:
+        module = importlib.import_module(module_name)
+    except RuntimeError as e:
+        if type(e).__name__ != "_DeadlockError":
+            log.exception("python_native: could not load the %s backend", name)
+        # Otherwise another thread is importing the backend; it registers itself when complete.
+        return
+    except Exception:
+        log.exception("python_native: could not load the %s backend", name)
+        return
+    # A backend imports python_native only in its last statement, so what we get here has all
+    # its definitions; announcing it again is a no-op, and covers a backend whose own
+    # announcement met this import in another thread.
+    backend_loaded(name, module)
 
 
 def _guarded(what: str, fn, *args) -> None:

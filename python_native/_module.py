@@ -17,7 +17,7 @@ PUBLIC_API = (
     "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled",
     "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
     "reorder_overrides", "overrides", "router_source", "trace", "status",
-    "DSLController", "OverrideHandle", "Trace", "TraceEvent", "speckey",
+    "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 

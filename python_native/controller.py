@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import numbers
 import warnings
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import torch
 
 from python_native import dsl_registry, schema
-from python_native.registry import REGISTRY
+from python_native.registry import _NON_BACKEND_PREFIXES, NON_BACKEND_KEYS, REGISTRY, _check_dispatch_key
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Scope:
@@ -33,17 +37,28 @@ class Scope:
     def __exit__(self, *exc_info: object) -> None:
         REGISTRY.release(self._kind, self._names, self._tokens.pop())
 
+    def __call__(self, fn: F) -> F:
+        """Decorator use, like torch's flag scopes: ``fn`` runs with the names held off.
+
+        Each call takes its own hold with a local token, so concurrent calls from several
+        threads never release one another's holds.
+        """
+        if not callable(fn):
+            raise TypeError(f"a python_native scope decorates a callable, got {type(fn).__name__}: {fn!r}")
+        kind, names = self._kind, self._names
+
+        @functools.wraps(fn)
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            token = REGISTRY.hold(kind, names)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                REGISTRY.release(kind, names, token)
+
+        return scoped  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         return f"<python_native scope disabling {self._kind} {list(self._names)}>"
-
-
-def _strings(values: Iterable[Any], what: str) -> tuple[str, ...]:
-    out = []
-    for value in values:
-        if not isinstance(value, str):
-            raise TypeError(f"{what} must be str, got {type(value).__name__}: {value!r}")
-        out.append(value)
-    return tuple(out)
 
 
 _normalized: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -64,10 +79,29 @@ def op_names(values: tuple[Any, ...]) -> tuple[str, ...]:
     return names
 
 
+def _op_symbol(value: Any) -> str:
+    """What a user may name an op by, as a symbol: ``"bmm"``, ``"aten::bmm"``, ``torch.ops.aten.bmm(.default)``."""
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        value = value.name() if isinstance(value, torch._ops.OpOverload) else value._qualified_op_name
+    if not isinstance(value, str):
+        raise TypeError(
+            f"op symbols must be str, torch.ops OpOverload or OpOverloadPacket, got {type(value).__name__}: {value!r}"
+        )
+    namespace, sep, rest = value.partition("::")
+    if sep:
+        if namespace not in schema.OVERRIDABLE_NAMESPACES:
+            raise ValueError(
+                f"op {value!r} is in namespace {namespace!r}; python_native overrides only "
+                f"{list(schema.OVERRIDABLE_NAMESPACES)}"
+            )
+        value = rest
+    return value
+
+
 def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
     names = []
     known = REGISTRY.known_op_names()
-    for value in _strings(values, "op symbols"):
+    for value in (_op_symbol(v) for v in values):
         if value in known:
             names.append(value)
             continue
@@ -84,19 +118,88 @@ def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def dispatch_key_names(values: Iterable[Any]) -> tuple[str, ...]:
+def _is_functionality_key(key: str) -> bool:
+    """``Dense``, ``Sparse``, ``Quantized``...: a feature of many backends, never a kernel's own key."""
+    return key == "Dense" or f"{key}CPU" in torch._C.DispatchKey.__members__
+
+
+@functools.cache
+def accepted_dispatch_keys() -> frozenset[str]:
+    """Keys an override can sit at (the registry's backend-key rule), hence the only ones worth switching."""
+    accepted = []
+    for key in torch._C.DispatchKey.__members__:
+        if _is_functionality_key(key):
+            continue
+        try:
+            _check_dispatch_key(key)
+        except ValueError:
+            continue
+        accepted.append(key)
+    return frozenset(accepted)
+
+
+def _accepted_summary() -> str:
+    kinds = tuple(k for k in torch._C.DispatchKey.__members__ if _is_functionality_key(k) and k != "Dense")
+    accepted = accepted_dispatch_keys()
+    dense = [k for k in torch._C.DispatchKey.__members__ if k in accepted and not k.startswith(kinds)]
+    return (
+        f"{', '.join(dense)}, and their {'/'.join(k for k in kinds if not k.startswith(_NON_BACKEND_PREFIXES))} "
+        "forms (e.g. SparseCUDA)"
+    )
+
+
+_keys_checked: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+
+def dispatch_key_names(values: tuple[Any, ...]) -> tuple[str, ...]:
+    """Check dispatch keys (str or ``torch._C.DispatchKey``); cached, since scopes are entered in hot loops."""
+    try:
+        return _keys_checked[values]
+    except (KeyError, TypeError):
+        pass
+    names = _check_dispatch_keys(values)
+    if len(_keys_checked) < 1024:
+        _keys_checked[values] = names
+    return names
+
+
+def _check_dispatch_keys(values: Iterable[Any]) -> tuple[str, ...]:
     names = []
+    members = torch._C.DispatchKey.__members__
     for value in values:
         if isinstance(value, torch._C.DispatchKey):
             value = value.name
         if not isinstance(value, str):
             raise TypeError(f"dispatch keys must be str, got {type(value).__name__}: {value!r}")
-        if value not in torch._C.DispatchKey.__members__:
-            close = difflib.get_close_matches(value, list(torch._C.DispatchKey.__members__), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
+        if value not in members:
+            close = [k for k in members if k.lower() == value.lower()]
+            close = close or difflib.get_close_matches(value, list(members), n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise ValueError(f"{value!r} is not a dispatch key{hint}")
+        if value not in accepted_dispatch_keys():
+            why = (
+                "a functionality shared by many backends"
+                if _is_functionality_key(value)
+                else "not a backend key" if value not in NON_BACKEND_KEYS else "a key overrides are never installed at"
+            )
+            raise ValueError(
+                f"dispatch key {value!r} is {why}, so no override can fire there; accepted keys: {_accepted_summary()}"
+            )
         names.append(value)
     return tuple(names)
+
+
+def dsl_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"DSL names must be str, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def flag_value(value: Any, what: str) -> bool:
+    """A truthy flag the way torch's backend flags take them: bools and integers, not strings."""
+    if isinstance(value, (bool, numbers.Integral)) or type(value).__name__ in ("bool_", "bool"):
+        return bool(value)
+    raise TypeError(f"{what} must be a bool (or 0/1), got {type(value).__name__}: {value!r}")
 
 
 class DSLController:
@@ -136,9 +239,7 @@ class DSLController:
                 f"not allowed to set pn.{self._name}.enabled after torch.backends.disable_global_flags(); "
                 f"use `with pn.{self._name}.disabled():` instead"
             )
-        if not isinstance(value, bool):
-            raise TypeError(f"pn.{self._name}.enabled must be a bool, got {type(value).__name__}: {value!r}")
-        self.enable() if value else self.disable()
+        self.enable() if flag_value(value, f"pn.{self._name}.enabled") else self.disable()
 
     def enable(self) -> None:
         """Route to this DSL's overrides again (lifts scopes still open too)."""
@@ -149,7 +250,7 @@ class DSLController:
         REGISTRY.disable("dsl", (self._name,))
 
     def disabled(self) -> Scope:
-        """Context manager: this DSL's overrides are off inside the block."""
+        """Context manager or decorator: this DSL's overrides are off inside the block or call."""
         return Scope("dsl", (self._name,))
 
     @property

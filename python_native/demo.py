@@ -12,11 +12,11 @@ switched on before python-native is imported: ``PYTHON_NATIVE_TRITON_INTERPRET=1
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -141,6 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--repeats", type=int, help="timed runs per mode (default: 20 on CUDA, 3 on CPU)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -149,17 +150,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@contextlib.contextmanager
-def _section(title: str) -> Iterator[None]:
-    print(f"\n{title}\n{'=' * len(title)}")
-    yield
-
-
 def main(argv: list[str] | None = None) -> int:
     return run(_parse(argv))
 
 
-def run(args: argparse.Namespace) -> int:
+def collect(args: argparse.Namespace) -> dict:
+    """Run the demo and return its results as plain data (what ``--json`` prints)."""
     import dsls.triton as backend
 
     # In interpreter mode the overrides sit at the CPU key, so the demo runs on CPU even with a GPU.
@@ -167,54 +163,91 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device("cuda" if use_cuda else "cpu")
     problem = _why_not(device.type)
     if problem is not None:
-        print(f"python-native demo: nothing to show here: {problem}")
-        return 0
+        return {"ran": False, "reason": problem}
 
     size = SIZES[device.type]
-    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
-    repeats = args.repeats or (20 if device.type == "cuda" else 3)
+    dtype = DTYPES[getattr(args, "dtype", None) or ("bfloat16" if device.type == "cuda" else "float32")]
+    repeats = getattr(args, "repeats", None) or (20 if device.type == "cuda" else 3)
     torch.manual_seed(args.seed)
     model = Block(size, args.norm, args.activation).to(device=device, dtype=dtype)
     x = torch.randn(size.batch, size.seq, size.hidden, device=device, dtype=dtype)
     targets = torch.randint(size.vocab, (size.batch, size.seq), device=device)
 
-    where = "CUDA: " + torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton interpreter"
-    print(f"python-native demo on {where}")
-    print(
-        f"block: batch {size.batch}, seq {size.seq}, hidden {size.hidden}, heads {size.heads}, "
-        f"vocab {size.vocab}, {args.norm} norm, {args.activation}, {str(dtype).removeprefix('torch.')}"
-    )
-
     with pn.trace() as trace:
         ours = _step(model, x, targets)
     with pn.triton.disabled():
         ref = _step(model, x, targets)
+    served = Counter(e.op for e in trace.events if e.dsl == "triton")
+    aten = Counter(e.op for e in trace.events if e.outcome == "fallback")
+    worst_param = max((n for n in ours.grads if n != "input"), key=lambda n: _max_diff(ours.grads[n], ref.grads[n]))
 
-    with _section("Ops routed during one forward+backward"):
-        served = Counter(e.op for e in trace.events if e.dsl == "triton")
-        aten = Counter(e.op for e in trace.events if e.outcome == "fallback")
-        rows = [(op, str(served[op]), str(aten[op])) for op in sorted(served.keys() | aten.keys())]
-        print(_table(rows, ("op", "triton", "aten (declined)")) if rows else "no routed ops were called")
-        if args.norm == "rms" and "_fused_rms_norm" not in pn.get_dsl_operations("triton"):
-            print("(RMS norm is not overridden here: this build has no _fused_rms_norm_backward kernel to fall back to)")
+    on = _median_ms(lambda: _step(model, x, targets), device, repeats)
+    with pn.triton.disabled():
+        off = _median_ms(lambda: _step(model, x, targets), device, repeats)
+    notes = []
+    if args.norm == "rms" and "_fused_rms_norm" not in pn.get_dsl_operations("triton"):
+        notes.append("RMS norm is not overridden here: this build has no _fused_rms_norm_backward kernel to fall back to")
+    if device.type == "cpu":
+        notes.append("on CPU the Triton kernels run in Triton's Python interpreter: these times are not kernel speed")
+    return {
+        "ran": True,
+        "device": "CUDA: " + torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton interpreter",
+        "block": {
+            "batch": size.batch, "seq": size.seq, "hidden": size.hidden, "heads": size.heads, "vocab": size.vocab,
+            "norm": args.norm, "activation": args.activation, "dtype": str(dtype).removeprefix("torch."),
+        },
+        "routed": [
+            {"op": op, "triton": served[op], "aten_declined": aten[op]} for op in sorted(served.keys() | aten.keys())
+        ],
+        "max_abs_diff": {
+            "loss": _max_diff(ours.loss, ref.loss),
+            "logits": _max_diff(ours.logits, ref.logits),
+            "input_gradient": _max_diff(ours.grads["input"], ref.grads["input"]),
+            "worst_parameter": worst_param,
+            "worst_parameter_gradient": _max_diff(ours.grads[worst_param], ref.grads[worst_param]),
+        },
+        "median_ms": {"repeats": repeats, "triton_overrides": on, "aten_only": off},
+        "speedup": off / on if device.type == "cuda" else None,
+        "notes": notes,
+    }
 
-    with _section("Largest absolute difference, overrides on vs. off"):
-        worst_param = max((n for n in ours.grads if n != "input"), key=lambda n: _max_diff(ours.grads[n], ref.grads[n]))
-        rows = [
-            ("loss", f"{_max_diff(ours.loss, ref.loss):.3e}"),
-            ("logits", f"{_max_diff(ours.logits, ref.logits):.3e}"),
-            ("input gradient", f"{_max_diff(ours.grads['input'], ref.grads['input']):.3e}"),
-            (f"parameter gradients (worst: {worst_param})", f"{_max_diff(ours.grads[worst_param], ref.grads[worst_param]):.3e}"),
-        ]
-        print(_table(rows, ("tensor", "max |diff|")))
 
-    with _section(f"Forward+backward time, median of {repeats}"):
-        on = _median_ms(lambda: _step(model, x, targets), device, repeats)
-        with pn.triton.disabled():
-            off = _median_ms(lambda: _step(model, x, targets), device, repeats)
-        print(_table([("triton overrides", f"{on:.2f}"), ("aten only", f"{off:.2f}")], ("mode", "ms")))
-        if device.type == "cpu":
-            print("(on CPU the Triton kernels run in Triton's Python interpreter: these times are not kernel speed)")
-        else:
-            print(f"speed-up: {off / on:.2f}x")
+def render(r: dict) -> str:
+    if not r["ran"]:
+        return f"python-native demo: nothing to show here: {r['reason']}"
+    b = r["block"]
+    out = [
+        f"python-native demo on {r['device']}",
+        f"block: batch {b['batch']}, seq {b['seq']}, hidden {b['hidden']}, heads {b['heads']}, "
+        f"vocab {b['vocab']}, {b['norm']} norm, {b['activation']}, {b['dtype']}",
+    ]
+
+    def section(title: str, body: str) -> None:
+        out.extend(["", title, "=" * len(title), body])
+
+    rows = [(x["op"], str(x["triton"]), str(x["aten_declined"])) for x in r["routed"]]
+    section(
+        "Ops routed during one forward+backward",
+        _table(rows, ("op", "triton", "aten (declined)")) if rows else "no routed ops were called",
+    )
+    d = r["max_abs_diff"]
+    rows = [
+        ("loss", f"{d['loss']:.3e}"),
+        ("logits", f"{d['logits']:.3e}"),
+        ("input gradient", f"{d['input_gradient']:.3e}"),
+        (f"parameter gradients (worst: {d['worst_parameter']})", f"{d['worst_parameter_gradient']:.3e}"),
+    ]
+    section("Largest absolute difference, overrides on vs. off", _table(rows, ("tensor", "max |diff|")))
+    t = r["median_ms"]
+    rows = [("triton overrides", f"{t['triton_overrides']:.2f}"), ("aten only", f"{t['aten_only']:.2f}")]
+    section(f"Forward+backward time, median of {t['repeats']}", _table(rows, ("mode", "ms")))
+    if r["speedup"] is not None:
+        out.append(f"speed-up: {r['speedup']:.2f}x")
+    out += [f"({note})" for note in r["notes"]]
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    results = collect(args)
+    print(json.dumps(results, indent=2) if getattr(args, "json", False) else render(results))
     return 0

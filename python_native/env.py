@@ -13,15 +13,31 @@ SKIP_VERSION_CHECK = ("PYTHON_NATIVE_SKIP_VERSION_CHECK", "TORCH_NATIVE_SKIP_VER
 ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
+CHECK = ("PYTHON_NATIVE_CHECK",)
+
+# Every switch with what it does, for the status report (keep in step with the readers below).
+SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (DISABLE_ALL, "every override off for the process (registrations recorded, never routed to)"),
+    (SKIP_VERSION_CHECK, "DSL version gates pass whatever version is installed"),
+    (ORDER_FN, "dotted path of a function ordering each slot's overrides"),
+    (DUMP_DIR, "folder where every generated router is written"),
+    (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
+    (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+)
 
 _FALSY = {"", "0", "false", "no", "off"}
 
 
 def _first(names: tuple[str, ...]) -> str | None:
+    found = _first_set(names)
+    return found[1] if found is not None else None
+
+
+def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
     for name in names:
         value = os.environ.get(name)
         if value is not None and value.strip():
-            return value.strip()
+            return name, value.strip()
     return None
 
 
@@ -44,6 +60,11 @@ def order_fn_path() -> str | None:
     return _first(ORDER_FN)
 
 
+def order_fn_setting() -> tuple[str, str] | None:
+    """``(variable, dotted path)`` of the ordering function, naming whichever variable set it."""
+    return _first_set(ORDER_FN)
+
+
 def dump_dir() -> str | None:
     """Folder where every generated router is written for debugging."""
     return _first(DUMP_DIR)
@@ -52,3 +73,25 @@ def dump_dir() -> str | None:
 def triton_interpret() -> bool:
     """Run Triton kernels through Triton's interpreter, on CPU tensors."""
     return _flag(TRITON_INTERPRET)
+
+
+def check_overrides() -> bool:
+    """Checked mode, read at each registration: every fired override is compared with aten's kernel
+    on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
+    return _flag(CHECK)
+
+
+def current() -> list[dict[str, str | None]]:
+    """Each switch: its name, the variable that set it (when an alias did), its value and meaning."""
+    rows = []
+    for names, meaning in SWITCHES:
+        found = _first_set(names)
+        rows.append(
+            {
+                "name": names[0],
+                "set_by": found[0] if found is not None else None,
+                "value": found[1] if found is not None else None,
+                "meaning": meaning,
+            }
+        )
+    return rows

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import codegen, dsl_registry, env, epilogues, scalars, schema
+from python_native import checked, codegen, dsl_registry, env, epilogues, scalars, schema
 from python_native.switches import KINDS, Switches
 from python_native.tracing import Trace, TraceHub
 
@@ -315,7 +315,7 @@ class Registry:
         handle._slot = slot
         ns = slot.namespace
         ns[f"_pn_cond_{uid}"] = handle.cond
-        ns[f"_pn_impl_{uid}"] = handle.impl
+        ns[f"_pn_impl_{uid}"] = checked.impl_for(handle)  # the impl itself unless PYTHON_NATIVE_CHECK is on
         ns[f"_pn_label_{uid}"] = f"python_native::{handle.dsl}::{handle.op}"
         ns[f"_pn_event_{uid}"] = (handle.op, handle.dispatch_key, handle.dsl, "override", handle.name)
         slot.overrides = order
@@ -431,11 +431,20 @@ class Registry:
         return result
 
     def _get_order_fn(self) -> OrderFn | None:
+        """The user's ordering function from the environment, loaded once.
+
+        A path that cannot be imported must not cost any override its place: it is reported once
+        (a UserWarning naming the variable and the import error) and the default order is used.
+        """
         if not self._order_fn_loaded:
             self._order_fn_loaded = True
-            path = env.order_fn_path()
-            if path:
-                self._order_fn = _import_callable(path)
+            setting = env.order_fn_setting()
+            if setting is not None:
+                variable, path = setting
+                try:
+                    self._order_fn = _import_callable(path, variable)
+                except ValueError as e:
+                    warnings.warn(f"python_native: {e}; using the default order", UserWarning, stacklevel=2)
         return self._order_fn
 
     def reorder(self, fn: OrderFn | None) -> None:
@@ -631,14 +640,14 @@ class Registry:
         return slot.current_source
 
 
-def _import_callable(path: str) -> OrderFn:
+def _import_callable(path: str, variable: str) -> OrderFn:
     module_name, _, attr = path.rpartition(".")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"ordering function {path!r} (from {env.ORDER_FN}) could not be imported: {e}") from e
+    except Exception as e:  # whatever the user's module raises while importing
+        raise ValueError(f"ordering function {path!r} (from {variable}) could not be imported: {e}") from e
     if not callable(fn):
-        raise ValueError(f"ordering function {path!r} (from {env.ORDER_FN}) is not callable")
+        raise ValueError(f"ordering function {path!r} (from {variable}) is not callable: {fn!r}")
     return fn
 
 

@@ -1,28 +1,69 @@
-"""The status report of ``python -m python_native``: torch, DSLs and overrides at a glance."""
+"""The status report of ``python -m python_native``: torch, DSLs, overrides and switches at a glance.
+
+``collect`` gathers plain data (also what ``--json`` prints and ``pn.status()`` returns);
+``render`` lays it out for a terminal, keeping columns aligned: long reasons go on their own line.
+"""
 
 from __future__ import annotations
 
 import json
+import textwrap
 
 import torch
 
-from python_native import dsl_registry
+from python_native import dsl_registry, env
 from python_native.registry import REGISTRY
+
+LEGEND = {
+    "available": "the DSL's runtime is installed and can run kernels on this machine",
+    "unavailable": "it cannot (the reason follows); its overrides are not installed or never fire",
+    "enabled": "not switched off by pn.<dsl>.enabled = False, disable() or a disabled() scope",
+    "active": "calls can reach the override now: its DSL, op and dispatch key are all switched on",
+    "inactive": "installed but switched off (DSL, op or key disabled, or its DSL unavailable)",
+}
+
+WIDTH = 100
+_INDENT = "      "
+
+
+def _hint(name: str, available: bool, version: str | None, reason: str | None) -> str | None:
+    """What the user can do about an unavailable DSL, when we know."""
+    if name == "triton" and not available and version is not None and reason and reason.startswith("no CUDA"):
+        return (
+            "set PYTHON_NATIVE_TRITON_INTERPRET=1 to run the Triton overrides on CPU through "
+            "Triton's interpreter (slow; for trying and testing them)"
+        )
+    return None
+
+
+def _skipped(name: str) -> dict[str, str]:
+    """Op families the DSL left out here, with why (from its optional ``skipped_overrides()``)."""
+    report = getattr(dsl_registry.get(name), "skipped_overrides", None)
+    if not callable(report):
+        return {}
+    try:
+        return dict(report())
+    except Exception as e:  # a third-party DSL's report must not break ours
+        return {"?": f"skipped_overrides() raised {type(e).__name__}: {e}"}
 
 
 def collect() -> dict:
-    """Torch version, every DSL (availability, reason, version, enabled) and every override."""
+    """Torch version, every DSL, every override, the environment switches and a legend."""
     dsls = []
     for name in dsl_registry.names():
         version = dsl_registry.version(name)
+        available = dsl_registry.available(name)
+        reason = dsl_registry.unavailable_reason(name)
         dsls.append(
             {
                 "name": name,
-                "available": dsl_registry.available(name),
-                "reason": dsl_registry.unavailable_reason(name),
+                "available": available,
+                "reason": reason,
+                "hint": _hint(name, available, str(version) if version is not None else None, reason),
                 "version": str(version) if version is not None else None,
                 "enabled": not REGISTRY.is_off("dsl", name),
                 "operations": REGISTRY.dsl_operations(name),
+                "skipped": _skipped(name),
             }
         )
     overrides = [
@@ -36,25 +77,50 @@ def collect() -> dict:
         }
         for o in REGISTRY.overrides()
     ]
-    return {"torch": torch.__version__, "dsls": dsls, "overrides": overrides}
+    return {
+        "torch": torch.__version__,
+        "dsls": dsls,
+        "overrides": overrides,
+        "environment": env.current(),
+        "legend": dict(LEGEND),
+    }
+
+
+def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
 def render(data: dict) -> str:
     lines = [f"torch {data['torch']}", "", "DSLs"]
     for d in data["dsls"]:
-        state = "available" if d["available"] else f"unavailable ({d['reason']})"
         lines.append(
-            f"  {d['name']:<10} {state:<48} version {d['version'] or '-':<10} "
-            f"{'enabled' if d['enabled'] else 'disabled'}"
+            f"  {d['name']:<10} {'available' if d['available'] else 'unavailable':<12} "
+            f"version {d['version'] or '-':<10} {'enabled' if d['enabled'] else 'disabled'}"
         )
+        if d["reason"]:
+            lines += _wrapped(f"why unavailable: {d['reason']}")
+        if d["hint"]:
+            lines += _wrapped(f"hint: {d['hint']}")
+        for family, why in d["skipped"].items():
+            lines += _wrapped(f"not installed: {family} ({why})")
     lines += ["", f"Overrides ({len(data['overrides'])})"]
     if not data["overrides"]:
         lines.append("  none installed here")
-    for o in data["overrides"]:
-        variant = f" (from {o['variant_of']})" if o["variant_of"] else ""
+    rows = [(o["op"] + (f" (from {o['variant_of']})" if o["variant_of"] else ""), o) for o in data["overrides"]]
+    width = max((len(label) for label, _ in rows), default=0)
+    for label, o in rows:
         lines.append(
-            f"  {o['op'] + variant:<48} {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
+            f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
         )
+    lines += ["", "Environment switches"]
+    for e in data["environment"]:
+        value = "unset" if e["value"] is None else repr(e["value"])
+        if e["set_by"] not in (None, e["name"]):
+            value += f" (via {e['set_by']})"
+        lines.append(f"  {e['name']} = {value}")
+        lines += _wrapped(e["meaning"])
+    lines += ["", "Legend"]
+    lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)
 
 

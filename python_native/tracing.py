@@ -42,8 +42,26 @@ class Trace:
         """Op symbols of the recorded events, optionally only those with ``outcome``."""
         return [e.op for e in self.events if outcome is None or e.outcome == outcome]
 
+    def table(self, limit: int | None = 20) -> str:
+        """The events as a table, one per line, in call order; at most ``limit`` (None: all)."""
+        events = list(self.events)  # a snapshot: other threads may still append
+        shown = events if limit is None or len(events) <= limit else events[:limit]
+        header = ("#", "op", "key", "outcome", "override")
+        rows = [
+            (str(i), e.op, e.dispatch_key, e.outcome, e.override or "-")
+            for i, e in enumerate(shown)
+        ]
+        widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+        if len(shown) < len(events):
+            lines.append(f"... {len(events) - len(shown)} more (trace.table(limit=None) shows all)")
+        return "\n".join(lines)
+
     def __repr__(self) -> str:
-        return f"Trace({len(self.events)} events)"
+        events = len(self.events)
+        if not events:
+            return "Trace(0 events)"
+        return f"Trace({events} event{'s' if events != 1 else ''}):\n{self.table()}"
 
 
 class TraceHub:

@@ -9,8 +9,6 @@ import functools
 
 from packaging.version import Version
 
-from python_native import dsl_support
-
 NAME = "cutedsl"
 DISTRIBUTION = "nvidia-cutlass-dsl"
 MODULE = "cutlass"
@@ -18,11 +16,15 @@ MINIMUM_VERSION = Version("4.0")
 
 
 def runtime_version() -> Version | None:
+    from python_native import dsl_support
+
     return dsl_support.installed_version(DISTRIBUTION)
 
 
 @functools.cache
 def _install_problem() -> str | None:
+    from python_native import dsl_support
+
     return dsl_support.install_problem(DISTRIBUTION, MODULE, MINIMUM_VERSION)
 
 
@@ -53,7 +55,13 @@ def register_overrides() -> list:
     return []
 
 
-# Last: the module is complete, so the control plane may register it now.
-from python_native import _bootstrap  # noqa: E402
-
-_bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])
+# Last, and the only module-level import of python_native: the module is complete, so the control
+# plane may register it now. When python_native is importing this module from another thread at
+# this very moment, the import machinery reports a deadlock here; python_native registers it then.
+try:
+    from python_native import _bootstrap  # noqa: E402
+except RuntimeError as e:
+    if type(e).__name__ != "_DeadlockError":
+        raise
+else:
+    _bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])

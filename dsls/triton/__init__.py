@@ -16,14 +16,14 @@ import os
 
 from packaging.version import Version
 
-from python_native import dsl_support, env
-
 NAME = "triton"
 MINIMUM_VERSION = Version("3.6")
 
 
 def interpret_mode() -> bool:
     """Whether kernels run through Triton's CPU interpreter instead of on a GPU."""
+    from python_native import env
+
     return env.triton_interpret()
 
 
@@ -38,11 +38,15 @@ def device_type() -> str:
 
 
 def runtime_version() -> Version | None:
+    from python_native import dsl_support
+
     return dsl_support.installed_version("triton")
 
 
 @functools.cache
 def _install_problem() -> str | None:
+    from python_native import dsl_support
+
     return dsl_support.install_problem("triton", "triton", MINIMUM_VERSION)
 
 
@@ -96,7 +100,20 @@ def register_overrides() -> list:
     return handles
 
 
-# Last: the module is complete, so the control plane may register it now.
-from python_native import _bootstrap  # noqa: E402
+def skipped_overrides() -> dict[str, str]:
+    """Op families not installed here, each with why (for the status report)."""
+    from .ops import SKIPPED
 
-_bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])
+    return dict(SKIPPED)
+
+
+# Last, and the only module-level import of python_native: the module is complete, so the control
+# plane may register it now. When python_native is importing this module from another thread at
+# this very moment, the import machinery reports a deadlock here; python_native registers it then.
+try:
+    from python_native import _bootstrap  # noqa: E402
+except RuntimeError as e:
+    if type(e).__name__ != "_DeadlockError":
+        raise
+else:
+    _bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])

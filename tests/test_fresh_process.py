@@ -1,0 +1,85 @@
+"""Fresh processes: a bad ordering function from the environment, concurrent first imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(code: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", **env}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=300)
+
+
+BAD_ORDER_FN = """
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch
+    import python_native as pn
+    from dsls.triton.ops import all_overrides
+expected = sorted({s.op for s in all_overrides()})
+installed = sorted({o.op for o in pn.overrides() if o.dsl == "triton" and o.derived_from is None})
+messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning) and "ORDER_FN" in str(w.message)]
+print(json.dumps({"expected": expected, "installed": installed, "messages": messages}))
+"""
+
+
+def test_bad_order_fn_keeps_every_override_and_warns_once():
+    r = run(BAD_ORDER_FN, PYTHON_NATIVE_ORDER_FN="nonexistent.module.fn")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["expected"] and "native_layer_norm" in out["expected"]
+    assert out["installed"] == out["expected"]
+    assert len(out["messages"]) == 1, out["messages"]
+    message = out["messages"][0]
+    assert "PYTHON_NATIVE_ORDER_FN" in message and "No module named 'nonexistent'" in message
+    assert "('" not in message  # no raw tuple of variable names
+    assert "not installed" not in r.stderr
+
+
+CONCURRENT_IMPORTS = """
+import sys, threading, traceback
+errors = []
+barrier = threading.Barrier(8)
+
+def work(i):
+    try:
+        barrier.wait(timeout=30)
+        if i % 2:
+            import dsls.triton as t
+            import python_native as pn
+        else:
+            import python_native as pn
+            import dsls.triton as t
+        assert pn.triton.name == "triton" and callable(t.register_overrides)
+        assert "triton" in pn.all_dsls
+    except BaseException:
+        errors.append(traceback.format_exc())
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+import python_native as pn
+from dsls.triton.ops import all_overrides
+expected = {s.op for s in all_overrides()}
+installed = {o.op for o in pn.overrides() if o.dsl == "triton" and o.derived_from is None}
+assert installed == expected, (installed, expected)
+print("errors:", len(errors))
+for e in errors:
+    print(e)
+"""
+
+
+def test_concurrent_first_imports():
+    r = run(CONCURRENT_IMPORTS, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "errors: 0" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr, r.stderr
