@@ -11,7 +11,7 @@ import textwrap
 
 import torch
 
-from python_native import dsl_registry, env
+from python_native import dsl_registry, env, native_bridge
 from python_native.registry import REGISTRY
 
 LEGEND = {
@@ -74,6 +74,7 @@ def collect() -> dict:
             "name": o.name,
             "variant_of": o.derived_from.op if o.derived_from is not None else None,
             "active": o.active,
+            "origin": native_bridge.origin_of(o),
         }
         for o in REGISTRY.overrides()
     ]
@@ -111,6 +112,7 @@ def render(data: dict) -> str:
     for label, o in rows:
         lines.append(
             f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
+            + (f"  (registered through {o['origin']})" if o.get("origin") else "")
         )
     lines += ["", "Environment switches"]
     for e in data["environment"]:

@@ -102,3 +102,11 @@ def test_new_process_adopts_torch_native_at_import():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok")
+
+
+def test_status_report_names_the_origin(native_override):
+    from python_native import report
+
+    rows = [o for o in report.collect()["overrides"] if o["op"] == "aten::sub.Tensor"]
+    assert [(o["dsl"], o["origin"]) for o in rows] == [("torchdsl", "torch._native")]
+    assert "registered through torch._native" in report.render(report.collect())
