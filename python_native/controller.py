@@ -12,7 +12,13 @@ from typing import Any, TypeVar
 import torch
 
 from python_native import dsl_registry, schema
-from python_native.registry import _NON_BACKEND_PREFIXES, NON_BACKEND_KEYS, REGISTRY, _check_dispatch_key
+from python_native.registry import (
+    _NON_BACKEND_PREFIXES,
+    NON_BACKEND_KEYS,
+    REGISTRY,
+    _check_dispatch_key,
+    is_functionality_key,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -118,18 +124,11 @@ def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _is_functionality_key(key: str) -> bool:
-    """``Dense``, ``Sparse``, ``Quantized``...: a feature of many backends, never a kernel's own key."""
-    return key == "Dense" or f"{key}CPU" in torch._C.DispatchKey.__members__
-
-
 @functools.cache
 def accepted_dispatch_keys() -> frozenset[str]:
     """Keys an override can sit at (the registry's backend-key rule), hence the only ones worth switching."""
     accepted = []
     for key in torch._C.DispatchKey.__members__:
-        if _is_functionality_key(key):
-            continue
         try:
             _check_dispatch_key(key)
         except ValueError:
@@ -139,7 +138,7 @@ def accepted_dispatch_keys() -> frozenset[str]:
 
 
 def _accepted_summary() -> str:
-    kinds = tuple(k for k in torch._C.DispatchKey.__members__ if _is_functionality_key(k) and k != "Dense")
+    kinds = tuple(k for k in torch._C.DispatchKey.__members__ if is_functionality_key(k) and k != "Dense")
     accepted = accepted_dispatch_keys()
     dense = [k for k in torch._C.DispatchKey.__members__ if k in accepted and not k.startswith(kinds)]
     return (
@@ -179,7 +178,7 @@ def _check_dispatch_keys(values: Iterable[Any]) -> tuple[str, ...]:
         if value not in accepted_dispatch_keys():
             why = (
                 "a functionality shared by many backends"
-                if _is_functionality_key(value)
+                if is_functionality_key(value)
                 else "not a backend key" if value not in NON_BACKEND_KEYS else "a key overrides are never installed at"
             )
             raise ValueError(

@@ -154,7 +154,17 @@ def _check_dispatch_key(key: Any) -> str:
         raise ValueError(
             f"dispatch_key={key!r} is not a backend key: overrides sit at backend keys (CPU, CUDA, XPU, ...)"
         )
+    if is_functionality_key(key):
+        raise ValueError(
+            f"dispatch_key={key!r} names a functionality shared by many backends, not a backend key; "
+            f"use a backend key (CPU, CUDA, XPU, ...) or one of its forms (e.g. {key if key != 'Dense' else ''}CUDA)"
+        )
     return key
+
+
+def is_functionality_key(key: str) -> bool:
+    """``Dense``, ``Sparse``, ``Quantized``...: a feature of many backends, never a kernel's own key."""
+    return key == "Dense" or f"{key}CPU" in torch._C.DispatchKey.__members__
 
 
 class Registry:

@@ -95,3 +95,11 @@ def test_bad_ordering_function_is_refused_and_changes_nothing(overrides):
     with pytest.raises(TypeError):
         pn.reorder_overrides(5)
     assert torch.equal(torch.sub(torch.ones(1), torch.ones(1)), torch.full((1,), 1000.0))
+
+
+@pytest.mark.parametrize("key", ["Dense", "Sparse", "Quantized"])
+def test_functionality_keys_are_refused_at_registration(key):
+    before = torch._C._dispatch_dump("aten::sub.Tensor")
+    with pytest.raises(ValueError, match=f"{key!r} names a functionality"):
+        pn.register_op_override(TEST_DSL, "aten", "sub.Tensor", key, None, lambda s, o, alpha: s, unconditional_override=True)
+    assert torch._C._dispatch_dump("aten::sub.Tensor") == before
