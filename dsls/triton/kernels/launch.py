@@ -1,11 +1,22 @@
-"""Launch parameters shared by the kernels, computed once per shape class and cached."""
+"""Launch parameters shared by the kernels, and the launcher every kernel goes through.
+
+``Launcher`` replaces ``kernel[grid](...)`` on the hot path. Triton's ``JITFunction.run`` binds and
+specializes every argument on every call; after the first launch of a variant the launcher keeps
+the compiled kernel under a cheap key (constexprs, warps, and per argument what Triton specializes
+on: dtype and 16-byte alignment of pointers, ``== 1`` / divisibility by 16 / width of ints) and
+calls its low-level launcher directly, the way ``JITFunction.run`` itself does. Anything unusual
+(the interpreter, launch hooks, pre-run hooks, a Triton whose compiled kernels lack the expected
+members, a tensor on a device other than the current one) takes the normal path. Under the
+interpreter, which is not thread-safe, launches are serialized.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
-from typing import NamedTuple
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -73,11 +84,143 @@ def program_slots(device: torch.device) -> int:
     return 4 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+# ---------------------------------------------------------------------------------------------
+# Launching
+
+LaunchStub = Callable[["Launcher", tuple, tuple, int, Sequence[Any]], None]
+
+# A replacement for the final launch (benchmarks measure everything up to it); None launches.
+_launch_stub: LaunchStub | None = None
+# Triton's interpreter keeps global state per launch: concurrent launches corrupt each other.
+_INTERPRETER_LOCK = threading.Lock()
+_INTERPRET = interpret_mode()
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
 @contextlib.contextmanager
-def on_device(t: torch.Tensor) -> Iterator[None]:
-    """Make ``t``'s GPU current while launching: Triton launches on the current device."""
-    if t.device.type == "cuda" and t.device.index is not None and t.device.index != torch.cuda.current_device():
-        with torch.cuda.device(t.device.index):
-            yield
-    else:
-        yield
+def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
+    """Replace every kernel launch with ``stub`` (default: record the kernel name and return).
+
+    Everything before the launch still runs: routing, conds, plans, output allocation, argument
+    preparation. Yields the list of recorded kernel names (default stub only).
+    """
+    global _launch_stub
+    names: list[str] = []
+
+    def record(launcher: Launcher, grid: tuple, args: tuple, num_warps: int, constexprs: Sequence[Any]) -> None:
+        names.append(launcher.name)
+
+    previous, _launch_stub = _launch_stub, stub or record
+    try:
+        yield names
+    finally:
+        _launch_stub = previous
+
+
+def _spec_key(args: tuple) -> tuple:
+    """What Triton specializes a runtime argument on, for every argument (see module docstring)."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.dtype, not a.data_ptr() & 15))
+        elif type(a) is int:
+            key.append((a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX))
+        elif type(a) is float:
+            key.append(float)
+        else:
+            key.append(a)  # None, bools: Triton treats them as compile-time values
+    return tuple(key)
+
+
+def _hooks_idle() -> bool:
+    """No launch hooks installed (None in Triton 3.6, an empty chain in later versions)."""
+    from triton import knobs
+
+    runtime = knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return False
+    return True
+
+
+def _raw_stream(index: int) -> int:
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if getter is not None:
+        return getter(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+class Launcher:
+    """One ``@triton.jit`` kernel with its constexpr parameter names (the trailing parameters).
+
+    Call it as ``launcher(grid, args, num_warps, *constexpr_values)``: ``args`` are the runtime
+    arguments in declaration order, the constexpr values follow in ``constexprs`` order.
+    """
+
+    def __init__(self, kernel: Any, constexprs: Sequence[str]) -> None:
+        self.kernel = kernel
+        self.constexprs = tuple(constexprs)
+        self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
+        self._compiled: dict[tuple, Any] = {}
+        self._fast = not _INTERPRET and self._layout_ok()
+
+    def _layout_ok(self) -> bool:
+        """The fast path passes runtime args then constexprs: the kernel must declare them so."""
+        params = getattr(self.kernel, "params", None)
+        if params is None:
+            return False
+        n = len(self.constexprs)
+        tail = [p.name for p in params[len(params) - n :]] if n else []
+        return tail == list(self.constexprs) and all(p.is_constexpr for p in params[len(params) - n :]) and not any(
+            p.is_constexpr for p in params[: len(params) - n]
+        )
+
+    def __call__(self, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
+        if _launch_stub is not None:
+            _launch_stub(self, grid, args, num_warps, constexprs)
+            return
+        if _INTERPRET:
+            with _INTERPRETER_LOCK:
+                self._launch(grid, args, num_warps, constexprs)
+            return
+        device = _cuda_device_of(args)
+        if device is not None and device != torch.cuda.current_device():
+            with torch.cuda.device(device):
+                self._launch(grid, args, num_warps, constexprs)
+            return
+        if self._fast and device is not None:
+            compiled = self._compiled.get((device, constexprs, num_warps, _spec_key(args)))
+            if compiled is not None and not getattr(self.kernel, "pre_run_hooks", None) and _hooks_idle():
+                compiled.run(
+                    grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                    _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                    *args, *constexprs,
+                )
+                return
+        compiled = self._launch(grid, args, num_warps, constexprs)
+        if self._fast and device is not None and _compiled_usable(compiled):
+            self._compiled[(device, constexprs, num_warps, _spec_key(args))] = compiled
+
+    def _launch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
+        """Triton's own launch path; returns what it returns (the compiled kernel on GPU)."""
+        return self.kernel[grid](*args, num_warps=num_warps, **dict(zip(self.constexprs, constexprs, strict=True)))
+
+
+def _cuda_device_of(args: tuple) -> int | None:
+    """Index of the CUDA device of the first tensor argument (None when it is not on CUDA)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            device = a.device
+            if device.type != "cuda":
+                return None
+            return device.index if device.index is not None else torch.cuda.current_device()
+    return None
+
+
+def _compiled_usable(compiled: Any) -> bool:
+    """A compiled kernel whose launcher the fast path knows how to call (Triton 3.6 and later)."""
+    return (
+        compiled is not None
+        and not hasattr(compiled, "result")
+        and all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata"))
+    )

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from dsls.triton.ops._layout import Rows
 
-from .launch import cast_out, on_device, program_slots, row_config
+from .launch import Launcher, cast_out, program_slots, row_config
 
 
 @triton.jit
@@ -105,6 +105,10 @@ def _norm_bwd_kernel(
         tl.store(DB + pid * n_cols + cols, db, mask=col_ok)
 
 
+_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"))
+_BWD = Launcher(_norm_bwd_kernel, ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_N"))
+
+
 def forward(
     x: torch.Tensor,
     rows: Rows,
@@ -120,14 +124,14 @@ def forward(
     rstd = torch.empty((m,), dtype=stats_dtype, device=x.device)
     mean = None if rms else torch.empty((m,), dtype=stats_dtype, device=x.device)
     cfg = row_config(m, n)
-    with on_device(x):
-        _norm_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+    _FWD(
+        ((m + cfg.block_m - 1) // cfg.block_m,),
+        (
             x, x if weight is None else weight, x if bias is None else bias, y,
-            rstd if mean is None else mean, rstd,
-            m, n, rows.row_stride, rows.col_stride, eps,
-            IS_RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        )
+            rstd if mean is None else mean, rstd, m, n, rows.row_stride, rows.col_stride, float(eps),
+        ),
+        cfg.num_warps, rms, weight is not None, bias is not None, cfg.block_m, cfg.block_n,
+    )
     return y, mean, rstd
 
 
@@ -156,15 +160,15 @@ def backward(
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
     dw = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_dw else None
     db = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_db else None
-    with on_device(x):
-        _norm_bwd_kernel[(programs,)](
+    _BWD(
+        (programs,),
+        (
             dy, x, x if weight is None else weight, rstd if mean is None else mean, rstd,
             x if dx is None else dx, rstd if dw is None else dw, rstd if db is None else db,
             m, n, dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride,
-            IS_RMS=rms, HAS_W=weight is not None,
-            NEED_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        )
+        ),
+        cfg.num_warps, rms, weight is not None, need_dx, need_dw, need_db, cfg.block_m, cfg.block_n,
+    )
     return (
         dx,
         None if dw is None else dw.sum(0),
