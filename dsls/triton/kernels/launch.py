@@ -56,8 +56,13 @@ class RowConfig(NamedTuple):
     num_warps: int
 
 
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= ``n`` (``triton.next_power_of_2`` costs a wrapper call in newer Triton)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def _build_row_config(n_cols: int, rows_hint: int) -> RowConfig:
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = next_power_of_2(n_cols)
     block_m = min(max(1, ROW_TILE // block_n), rows_hint)
     num_warps = min(16, max(2, block_m * block_n // 512))
     return RowConfig(block_m, block_n, num_warps)
@@ -68,7 +73,7 @@ _ROW_CONFIGS: SpecializationCache[RowConfig] = SpecializationCache(_build_row_co
 
 def row_config(n_rows: int, n_cols: int) -> RowConfig:
     """Tile for a row-wise kernel; ``n_rows`` only caps how many rows share a program."""
-    rows_hint = min(triton.next_power_of_2(n_rows), ROW_TILE)
+    rows_hint = min(1 << (n_rows - 1).bit_length() if n_rows > 1 else 1, ROW_TILE)
     return _ROW_CONFIGS.get((n_cols, rows_hint), n_cols, rows_hint)
 
 

@@ -8,6 +8,8 @@ weight and bias gradients in fp32 registers, written once as a partial sum per p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
@@ -117,12 +119,20 @@ def forward(
     eps: float,
     stats_dtype: torch.dtype,
     rms: bool,
+    out_shape: Sequence[int] | None = None,
+    stat_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Normalize ``x`` seen as ``rows``: ``(y [M, N] contiguous, mean [M] or None, rstd [M])``."""
+    """Normalize ``x`` seen as ``rows``: ``(y, mean or None, rstd)``, all contiguous.
+
+    ``y`` is ``[M, N]`` or ``out_shape``, the statistics ``[M]`` or ``stat_shape`` (shapes of as
+    many elements: outputs are allocated in their final shape, with no view afterwards).
+    """
     m, n = rows.n_rows, rows.n_cols
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    rstd = torch.empty((m,), dtype=stats_dtype, device=x.device)
-    mean = None if rms else torch.empty((m,), dtype=stats_dtype, device=x.device)
+    device = x.device
+    y = torch.empty((m, n) if out_shape is None else out_shape, dtype=x.dtype, device=device)
+    stats = (m,) if stat_shape is None else stat_shape
+    rstd = torch.empty(stats, dtype=stats_dtype, device=device)
+    mean = None if rms else torch.empty(stats, dtype=stats_dtype, device=device)
     cfg = row_config(m, n)
     _FWD(
         ((m + cfg.block_m - 1) // cfg.block_m,),
@@ -155,7 +165,7 @@ def backward(
         return None, None, None
     m, n = x_rows.n_rows, x_rows.n_cols
     cfg = row_config(m, n)
-    blocks = triton.cdiv(m, cfg.block_m)
+    blocks = (m + cfg.block_m - 1) // cfg.block_m
     programs = min(blocks, program_slots(x.device)) if (need_dw or need_db) else blocks
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
     dw = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_dw else None

@@ -7,6 +7,8 @@ chunks: an online max/sum pass, then a pass that writes the result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
@@ -131,10 +133,13 @@ _BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
 _BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 
 
-def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
-    """(Log-)softmax of each row of ``x``: a contiguous ``[M, N]`` tensor of ``out_dtype``."""
+def forward(
+    x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool, out_shape: Sequence[int] | None = None
+) -> torch.Tensor:
+    """(Log-)softmax of each row of ``x``: a contiguous tensor of ``out_dtype``, ``[M, N]`` or
+    ``out_shape`` (any shape of ``M * N`` elements whose last dims hold one row)."""
     m, n = rows.n_rows, rows.n_cols
-    y = torch.empty((m, n), dtype=out_dtype, device=x.device)
+    y = torch.empty((m, n) if out_shape is None else out_shape, dtype=out_dtype, device=x.device)
     if n <= MAX_ROW_BLOCK:
         cfg = row_config(m, n)
         _FWD(
@@ -147,11 +152,18 @@ def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> t
 
 
 def backward(
-    dy: torch.Tensor, dy_rows: Rows, y: torch.Tensor, y_rows: Rows, out_dtype: torch.dtype, log: bool
+    dy: torch.Tensor,
+    dy_rows: Rows,
+    y: torch.Tensor,
+    y_rows: Rows,
+    out_dtype: torch.dtype,
+    log: bool,
+    out_shape: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """Input gradient of (log-)softmax from its output ``y``: a contiguous ``[M, N]`` tensor."""
+    """Input gradient of (log-)softmax from its output ``y``: a contiguous tensor, ``[M, N]`` or
+    ``out_shape``."""
     m, n = y_rows.n_rows, y_rows.n_cols
-    dx = torch.empty((m, n), dtype=out_dtype, device=y.device)
+    dx = torch.empty((m, n) if out_shape is None else out_shape, dtype=out_dtype, device=y.device)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
     if n <= MAX_ROW_BLOCK:
         cfg = row_config(m, n)

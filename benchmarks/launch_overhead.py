@@ -1,0 +1,108 @@
+"""Host-side cost of a routed Triton override on tiny inputs, with only the kernel launch stubbed.
+
+Run: ``python benchmarks/launch_overhead.py`` (Triton's interpreter at the CPU key) or
+``python benchmarks/launch_overhead.py --cuda`` (overrides at the CUDA key; the launcher's fast path
+is then stubbed just the same, so the figure excludes only the driver call). Each op is called through ``torch.ops.aten`` so the whole
+path runs: dispatcher -> router -> cond -> impl -> launcher, with the final launch replaced by a
+no-op (``stubbed_launches``). The baseline is a plain aten ``torch.add`` of two tiny tensors on the
+same device, timed in the same process; figures are medians over repeated timed batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+
+# Run from a checkout: the backends live next to the control plane.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _select_backend(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cuda", action="store_true", help="overrides at the CUDA key instead of the interpreter's CPU")
+    parser.add_argument("--number", type=int, default=2000, help="calls per timed batch")
+    parser.add_argument("--repeat", type=int, default=7, help="timed batches per figure")
+    args = parser.parse_args(argv)
+    # Before torch is imported: importing torch installs the overrides at the key the mode selects.
+    mode = "0" if args.cuda else "1"
+    os.environ["PYTHON_NATIVE_TRITON_INTERPRET"] = mode
+    os.environ["TRITON_INTERPRET"] = mode
+    return args
+
+
+def _cases(device: str) -> dict[str, Callable[[], object]]:
+    import torch
+
+    aten = torch.ops.aten
+    x = torch.randn(8, 64, device=device)
+    g = torch.randn(8, 64, device=device)
+    w = torch.randn(64, device=device)
+    b = torch.randn(64, device=device)
+    y = torch.softmax(x, -1)
+    _, mean, rstd = aten.native_layer_norm(x, [64], w, b, 1e-5)
+    a3, c3 = torch.randn(2, 8, 1, device=device), torch.randn(2, 1, 16, device=device)
+    return {
+        "_softmax": lambda: aten._softmax(x, -1, False),
+        "_log_softmax": lambda: aten._log_softmax(x, -1, False),
+        "_softmax_backward_data": lambda: aten._softmax_backward_data(g, y, -1, x.dtype),
+        "_log_softmax_backward_data": lambda: aten._log_softmax_backward_data(g, y, -1, x.dtype),
+        "native_layer_norm": lambda: aten.native_layer_norm(x, [64], w, b, 1e-5),
+        "native_layer_norm_backward": lambda: aten.native_layer_norm_backward(
+            g, x, [64], mean, rstd, w, b, [True, True, True]
+        ),
+        "_fused_rms_norm": lambda: aten._fused_rms_norm(x, [64], w, 1e-5),
+        "_fused_rms_norm_backward": lambda: aten._fused_rms_norm_backward(g, x, [64], rstd, w, [True, True]),
+        "silu": lambda: aten.silu(x),
+        "silu_backward": lambda: aten.silu_backward(g, x),
+        "gelu": lambda: aten.gelu(x),
+        "gelu_backward": lambda: aten.gelu_backward(g, x),
+        "bmm": lambda: aten.bmm(a3, c3),
+    }
+
+
+def median_us(fn: Callable[[], object], number: int, repeat: int) -> float:
+    fn()
+    return statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+
+def main(argv: list[str]) -> int:
+    args = _select_backend(argv)
+    import torch
+
+    import dsls.triton as backend
+    import python_native as pn  # noqa: F401  (installs the overrides)
+    from dsls.triton.kernels.launch import stubbed_launches
+    from dsls.triton.ops import all_overrides
+
+    device = backend.device_type()
+    installed = {spec.op for spec in all_overrides()}
+    a, b = torch.randn(8, 64, device=device), torch.randn(8, 64, device=device)
+    add_us = median_us(lambda: torch.add(a, b), args.number, args.repeat)
+    print(f"device {device}, torch {torch.__version__}; aten add of 8x64: {add_us:.2f} us/call")
+    print(f"{'override':30} {'us/call':>9} {'x add':>7}")
+    ratios = []
+    with stubbed_launches() as launched:
+        for op, fn in _cases(device).items():
+            if op not in installed:
+                print(f"{op:30} {'not installed at this key':>17}")
+                continue
+            launched.clear()
+            fn()
+            if not launched:
+                print(f"{op:30} {'declined (no launch)':>17}")
+                continue
+            us = median_us(fn, args.number, args.repeat)
+            ratios.append(us / add_us)
+            print(f"{op:30} {us:9.2f} {us / add_us:7.2f}")
+    if ratios:
+        print(f"median ratio to aten add: {statistics.median(ratios):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
