@@ -12,7 +12,7 @@ import triton.language as tl
 
 from python_native.speckey import SpecializationCache
 
-from .launch import Launcher, cast_out
+from .launch import Launcher, cast_out, next_power_of_2
 
 _TILE = 4096  # output elements per program
 
@@ -54,9 +54,9 @@ def outer(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``a [B, M, 1] @ c [B, 1, N]`` as a contiguous ``[B, M, N]`` tensor (any input strides)."""
     batch, m, n = a.shape[0], a.shape[1], c.shape[2]
     out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    hints = (triton.next_power_of_2(m), triton.next_power_of_2(n))
+    hints = (next_power_of_2(m), next_power_of_2(n))
     block_m, block_n, warps = _TILES.get(hints, *hints)
-    tiles_m, tiles_n = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
+    tiles_m, tiles_n = (m + block_m - 1) // block_m, (n + block_n - 1) // block_n
     _OUTER(
         (batch * tiles_m * tiles_n,),
         (a, c, out, m, n, a.stride(0), a.stride(1), c.stride(0), c.stride(2), tiles_m, tiles_n),

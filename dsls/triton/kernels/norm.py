@@ -155,10 +155,13 @@ def backward(
     weight: torch.Tensor | None,
     need: tuple[bool, bool, bool],
     rms: bool,
+    out_shape: Sequence[int] | None = None,
+    param_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Gradients ``(dx [M, N], dw [N] fp32, db [N] fp32)``; entries not in ``need`` are None.
+    """Gradients ``(dx, dw fp32, db fp32)``; entries not in ``need`` are None.
 
-    ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
+    ``dx`` is ``[M, N]`` or ``out_shape``, ``dw`` and ``db`` are ``[N]`` or ``param_shape``, all
+    contiguous. ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
     """
     need_dx, need_dw, need_db = need
     if not any(need):
@@ -167,9 +170,13 @@ def backward(
     cfg = row_config(m, n)
     blocks = (m + cfg.block_m - 1) // cfg.block_m
     programs = min(blocks, program_slots(x.device)) if (need_dw or need_db) else blocks
-    dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
-    dw = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_dw else None
-    db = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_db else None
+    device = x.device
+    dx = torch.empty((m, n) if out_shape is None else out_shape, dtype=x.dtype, device=device) if need_dx else None
+    # One partial row of parameter gradients per program, summed below; a single program
+    # writes the final gradient directly.
+    partials = (programs, n) if programs > 1 else ((n,) if param_shape is None else param_shape)
+    dw = torch.empty(partials, dtype=torch.float32, device=device) if need_dw else None
+    db = torch.empty(partials, dtype=torch.float32, device=device) if need_db else None
     _BWD(
         (programs,),
         (
@@ -179,8 +186,8 @@ def backward(
         ),
         cfg.num_warps, rms, weight is not None, need_dx, need_dw, need_db, cfg.block_m, cfg.block_n,
     )
-    return (
-        dx,
-        None if dw is None else dw.sum(0),
-        None if db is None else db.sum(0),
-    )
+    if programs > 1:
+        final = (n,) if param_shape is None else param_shape
+        dw = None if dw is None else dw.sum(0).view(final)
+        db = None if db is None else db.sum(0).view(final)
+    return dx, dw, db

@@ -53,9 +53,14 @@ def backend_device() -> str:
 
 def on_backend(*tensors: torch.Tensor | None) -> bool:
     """Every given tensor lives on the device the kernels run on (None entries are skipped)."""
-    device = backend_device()
+    # ``is_cuda`` / ``is_cpu`` are plain flags; ``t.device`` would build a device object per tensor.
+    if backend_device() == "cuda":
+        for t in tensors:
+            if t is not None and not t.is_cuda:
+                return False
+        return True
     for t in tensors:
-        if t is not None and t.device.type != device:
+        if t is not None and not t.is_cpu:
             return False
     return True
 

@@ -88,14 +88,16 @@ def layer_norm_backward_impl(
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     n_inner = len(normalized_shape)
     need = (bool(output_mask[0]), bool(output_mask[1]), bool(output_mask[2]))
+    # The cond checked that the parameters are shaped like normalized_shape.
     dx, dw, db = _kernels().backward(
-        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, rms=False
+        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, False,
+        input.shape, tuple(normalized_shape),
     )
-    return (
-        None if dx is None else dx.view(input.shape),
-        None if dw is None else dw.view(weight.shape).to(weight.dtype),
-        None if db is None else db.view(bias.shape).to(bias.dtype),
-    )
+    if dw is not None and dw.dtype != weight.dtype:
+        dw = dw.to(weight.dtype)
+    if db is not None and db.dtype != bias.dtype:
+        db = db.to(bias.dtype)
+    return dx, dw, db
 
 
 OVERRIDES = [

@@ -79,12 +79,12 @@ def rms_norm_backward_impl(
     n_inner = len(normalized_shape)
     need = (bool(output_mask[0]), bool(output_mask[1]), False)
     dx, dw, _ = _kernels().backward(
-        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, rms=True
+        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, True,
+        input.shape, tuple(normalized_shape),
     )
-    return (
-        None if dx is None else dx.view(input.shape),
-        None if dw is None else dw.view(weight.shape).to(weight.dtype),
-    )
+    if dw is not None and dw.dtype != weight.dtype:
+        dw = dw.to(weight.dtype)
+    return dx, dw
 
 
 OVERRIDES = [
