@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import types
 
@@ -113,7 +114,7 @@ def gpu_like(monkeypatch):
     """Pretend CPU tensors live on the current CUDA device, to drive the GPU path here."""
     monkeypatch.setattr(launch, "_INTERPRET", False)
     monkeypatch.setattr(launch, "_cuda_device_of", lambda args: 0)
-    monkeypatch.setattr(launch.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
     monkeypatch.setattr(launch, "_raw_stream", lambda index: 1234)
 
 
@@ -145,6 +146,22 @@ def test_prebound_path_steps_aside_for_hooks(gpu_like):
     kernel.pre_run_hooks.append(lambda *a, **k: None)
     launcher((1,), (x, 64), 4, True, 128)
     assert len(kernel.normal) == 2 and not kernel.compiled.calls
+
+
+def test_tensor_on_another_device_switches_to_it_for_the_launch(gpu_like, monkeypatch):
+    entered = []
+
+    @contextlib.contextmanager
+    def device(index):
+        entered.append(index)
+        yield
+
+    monkeypatch.setattr(launch, "_cuda_device_of", lambda args: 1)
+    monkeypatch.setattr(launch.torch.cuda, "device", device)
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    launcher((1,), (torch.empty(4), 4), 4, True, 128)
+    assert entered == [1] and len(kernel.normal) == 1
 
 
 def test_launcher_refuses_a_misdeclared_constexpr_order():

@@ -53,7 +53,7 @@ _OUTER = Launcher(_outer_kernel, ("BLOCK_M", "BLOCK_N"))
 def outer(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``a [B, M, 1] @ c [B, 1, N]`` as a contiguous ``[B, M, N]`` tensor (any input strides)."""
     batch, m, n = a.shape[0], a.shape[1], c.shape[2]
-    out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
+    out = a.new_empty((batch, m, n))
     hints = (next_power_of_2(m), next_power_of_2(n))
     block_m, block_n, warps = _TILES.get(hints, *hints)
     tiles_m, tiles_n = (m + block_m - 1) // block_m, (n + block_n - 1) // block_n

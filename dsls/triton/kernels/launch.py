@@ -122,44 +122,47 @@ def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
         _launch_stub = previous
 
 
+def _int_key(a: int) -> tuple[bool, bool, bool]:
+    return (a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX)
+
+
+def _tensor_key(a: torch.Tensor) -> tuple[torch.dtype, bool]:
+    return (a.dtype, not a.data_ptr() & 15)
+
+
+def _float_key(a: float) -> type:
+    return float
+
+
+_KEY_BY_TYPE: dict[type, Callable[[Any], Any]] = {torch.Tensor: _tensor_key, int: _int_key, float: _float_key}
+
+
 def _spec_key(args: tuple) -> tuple:
-    """What Triton specializes a runtime argument on, for every argument (see module docstring)."""
-    key = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            key.append((a.dtype, not a.data_ptr() & 15))
-        elif type(a) is int:
-            key.append((a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX))
-        elif type(a) is float:
-            key.append(float)
-        else:
-            key.append(a)  # None, bools: Triton treats them as compile-time values
-    return tuple(key)
+    """What Triton specializes a runtime argument on, for every argument (see module docstring).
+
+    Other values (None, bools, tensor subclasses) key by themselves: Triton treats None and bools
+    as compile-time values, and a subclass never reaches the fast path twice with another value.
+    """
+    return tuple(_KEY_BY_TYPE[type(a)](a) if type(a) in _KEY_BY_TYPE else a for a in args)
 
 
-def _hooks_idle() -> bool:
-    """No launch hooks installed (None in Triton 3.6, an empty chain in later versions)."""
-    from triton import knobs
-
-    runtime = knobs.runtime
-    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
-        if hook is not None and getattr(hook, "calls", True):
-            return False
-    return True
+def _hook_idle(hook: Any) -> bool:
+    """No launch hook installed: None in Triton 3.6, an empty chain in later versions."""
+    return hook is None or not getattr(hook, "calls", True)
 
 
-def _raw_stream(index: int) -> int:
-    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if getter is not None:
-        return getter(index)
-    return torch.cuda.current_stream(index).cuda_stream
+_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
 
 
 class Launcher:
     """One ``@triton.jit`` kernel with its constexpr parameter names (the trailing parameters).
 
     Call it as ``launcher(grid, args, num_warps, *constexpr_values)``: ``args`` are the runtime
-    arguments in declaration order, the constexpr values follow in ``constexprs`` order.
+    arguments in declaration order, the first of them a tensor on the launch device; the
+    constexpr values follow in ``constexprs`` order.
     """
 
     def __init__(self, kernel: Any, constexprs: Sequence[str]) -> None:
@@ -168,6 +171,7 @@ class Launcher:
         self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
         self._compiled: dict[tuple, Any] = {}
         self._fast = not _INTERPRET and self._layout_ok()
+        self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
 
     def _layout_ok(self) -> bool:
         """The fast path passes runtime args then constexprs: the kernel must declare them so."""
@@ -189,22 +193,40 @@ class Launcher:
                 self._launch(grid, args, num_warps, constexprs)
             return
         device = _cuda_device_of(args)
-        if device is not None and device != torch.cuda.current_device():
+        if device is None:  # not a CUDA tensor: Triton's own path reports it
+            self._launch(grid, args, num_warps, constexprs)
+            return
+        if device != _current_device():
+            # Triton launches on the current device; switch only when the tensor is elsewhere.
             with torch.cuda.device(device):
                 self._launch(grid, args, num_warps, constexprs)
             return
-        if self._fast and device is not None:
-            compiled = self._compiled.get((device, constexprs, num_warps, _spec_key(args)))
-            if compiled is not None and not getattr(self.kernel, "pre_run_hooks", None) and _hooks_idle():
-                compiled.run(
-                    grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                    _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
-                    *args, *constexprs,
-                )
-                return
+        if not self._fast:
+            self._launch(grid, args, num_warps, constexprs)
+            return
+        key = (device, constexprs, num_warps, _spec_key(args))
+        compiled = self._compiled.get(key)
+        if compiled is not None and self._hooks_idle():
+            compiled.run(
+                grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                *args, *constexprs,
+            )
+            return
         compiled = self._launch(grid, args, num_warps, constexprs)
-        if self._fast and device is not None and _compiled_usable(compiled):
-            self._compiled[(device, constexprs, num_warps, _spec_key(args))] = compiled
+        if _compiled_usable(compiled):
+            self._compiled[key] = compiled
+
+    def _hooks_idle(self) -> bool:
+        """Nothing Triton would call around a launch: no pre-run hooks, no launch hooks."""
+        if getattr(self.kernel, "pre_run_hooks", None):
+            return False
+        runtime = self._runtime_knobs
+        if runtime is None:
+            from triton import knobs
+
+            runtime = self._runtime_knobs = knobs.runtime
+        return _hook_idle(runtime.launch_enter_hook) and _hook_idle(runtime.launch_exit_hook)
 
     def _launch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
         """Triton's own launch path; returns what it returns (the compiled kernel on GPU)."""
@@ -212,13 +234,10 @@ class Launcher:
 
 
 def _cuda_device_of(args: tuple) -> int | None:
-    """Index of the CUDA device of the first tensor argument (None when it is not on CUDA)."""
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            device = a.device
-            if device.type != "cuda":
-                return None
-            return device.index if device.index is not None else torch.cuda.current_device()
+    """Index of the CUDA device of the first argument (None when it is not a CUDA tensor)."""
+    first = args[0]
+    if isinstance(first, torch.Tensor) and first.is_cuda:
+        return first.get_device()
     return None
 
 

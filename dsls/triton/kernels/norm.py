@@ -119,20 +119,19 @@ def forward(
     eps: float,
     stats_dtype: torch.dtype,
     rms: bool,
-    out_shape: Sequence[int] | None = None,
     stat_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Normalize ``x`` seen as ``rows``: ``(y, mean or None, rstd)``, all contiguous.
 
-    ``y`` is ``[M, N]`` or ``out_shape``, the statistics ``[M]`` or ``stat_shape`` (shapes of as
-    many elements: outputs are allocated in their final shape, with no view afterwards).
+    ``y`` is shaped like ``x``, the statistics ``[M]`` or ``stat_shape`` (as many elements):
+    outputs are allocated in their final shape, with no view afterwards.
     """
     m, n = rows.n_rows, rows.n_cols
-    device = x.device
-    y = torch.empty((m, n) if out_shape is None else out_shape, dtype=x.dtype, device=device)
+    # empty_like / new_empty are the cheapest allocation calls from Python.
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
     stats = (m,) if stat_shape is None else stat_shape
-    rstd = torch.empty(stats, dtype=stats_dtype, device=device)
-    mean = None if rms else torch.empty(stats, dtype=stats_dtype, device=device)
+    rstd = x.new_empty(stats, dtype=stats_dtype)
+    mean = None if rms else x.new_empty(stats, dtype=stats_dtype)
     cfg = row_config(m, n)
     _FWD(
         ((m + cfg.block_m - 1) // cfg.block_m,),
@@ -155,13 +154,12 @@ def backward(
     weight: torch.Tensor | None,
     need: tuple[bool, bool, bool],
     rms: bool,
-    out_shape: Sequence[int] | None = None,
     param_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """Gradients ``(dx, dw fp32, db fp32)``; entries not in ``need`` are None.
 
-    ``dx`` is ``[M, N]`` or ``out_shape``, ``dw`` and ``db`` are ``[N]`` or ``param_shape``, all
-    contiguous. ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
+    ``dx`` is shaped like ``x``, ``dw`` and ``db`` are ``[N]`` or ``param_shape``, all contiguous.
+    ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
     """
     need_dx, need_dw, need_db = need
     if not any(need):
@@ -170,13 +168,12 @@ def backward(
     cfg = row_config(m, n)
     blocks = (m + cfg.block_m - 1) // cfg.block_m
     programs = min(blocks, program_slots(x.device)) if (need_dw or need_db) else blocks
-    device = x.device
-    dx = torch.empty((m, n) if out_shape is None else out_shape, dtype=x.dtype, device=device) if need_dx else None
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format) if need_dx else None
     # One partial row of parameter gradients per program, summed below; a single program
     # writes the final gradient directly.
     partials = (programs, n) if programs > 1 else ((n,) if param_shape is None else param_shape)
-    dw = torch.empty(partials, dtype=torch.float32, device=device) if need_dw else None
-    db = torch.empty(partials, dtype=torch.float32, device=device) if need_db else None
+    dw = x.new_empty(partials, dtype=torch.float32) if need_dw else None
+    db = x.new_empty(partials, dtype=torch.float32) if need_db else None
     _BWD(
         (programs,),
         (

@@ -7,8 +7,6 @@ chunks: an online max/sum pass, then a pass that writes the result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 import triton
 import triton.language as tl
@@ -133,13 +131,11 @@ _BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
 _BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 
 
-def forward(
-    x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool, out_shape: Sequence[int] | None = None
-) -> torch.Tensor:
-    """(Log-)softmax of each row of ``x``: a contiguous tensor of ``out_dtype``, ``[M, N]`` or
-    ``out_shape`` (any shape of ``M * N`` elements whose last dims hold one row)."""
+def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
+    """(Log-)softmax of each row of ``x``: a contiguous tensor of ``out_dtype`` shaped like ``x``."""
     m, n = rows.n_rows, rows.n_cols
-    y = torch.empty((m, n) if out_shape is None else out_shape, dtype=out_dtype, device=x.device)
+    # empty_like is the cheapest allocation call from Python; rows are written row-major.
+    y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
     if n <= MAX_ROW_BLOCK:
         cfg = row_config(m, n)
         _FWD(
@@ -158,12 +154,10 @@ def backward(
     y_rows: Rows,
     out_dtype: torch.dtype,
     log: bool,
-    out_shape: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """Input gradient of (log-)softmax from its output ``y``: a contiguous tensor, ``[M, N]`` or
-    ``out_shape``."""
+    """Input gradient of (log-)softmax from its output ``y``: a contiguous tensor shaped like ``y``."""
     m, n = y_rows.n_rows, y_rows.n_cols
-    dx = torch.empty((m, n) if out_shape is None else out_shape, dtype=out_dtype, device=y.device)
+    dx = torch.empty_like(y, dtype=out_dtype, memory_format=torch.contiguous_format)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
     if n <= MAX_ROW_BLOCK:
         cfg = row_config(m, n)

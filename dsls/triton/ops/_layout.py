@@ -198,9 +198,13 @@ def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:
     Such tensors can be processed as flat arrays from their first element, in any dim order
     (contiguous, channels-last, transposed, ...).
     """
-    if any(o.shape != t.shape or o.stride() != t.stride() for o in others):
-        return False
-    if t.is_contiguous():
+    if others:
+        # Equal strides and shapes: both contiguous settles it without building stride tuples.
+        if t.is_contiguous():
+            return all(o.is_contiguous() and o.shape == t.shape for o in others)
+        if any(o.shape != t.shape or o.stride() != t.stride() for o in others):
+            return False
+    elif t.is_contiguous():
         return True
     dims = sorted((step, size) for size, step in zip(t.shape, t.stride(), strict=True) if size != 1)
     expected = 1

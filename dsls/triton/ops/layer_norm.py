@@ -43,7 +43,7 @@ def layer_norm_impl(
 ) -> tuple[Tensor, Tensor, Tensor]:
     plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
     y, mean, rstd = _kernels().forward(
-        input, plan.rows, weight, bias, eps, _stats_dtype(input), False, input.shape, plan.stat_shape
+        input, plan.rows, weight, bias, eps, _stats_dtype(input), False, plan.stat_shape
     )
     return y, mean, rstd
 
@@ -91,7 +91,7 @@ def layer_norm_backward_impl(
     # The cond checked that the parameters are shaped like normalized_shape.
     dx, dw, db = _kernels().backward(
         grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, False,
-        input.shape, tuple(normalized_shape),
+        tuple(normalized_shape),
     )
     if dw is not None and dw.dtype != weight.dtype:
         dw = dw.to(weight.dtype)

@@ -46,7 +46,7 @@ def rms_norm_impl(
 ) -> tuple[Tensor, Tensor]:
     plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
     eps = DEFAULT_EPS if eps is None else eps
-    y, _, rstd = _kernels().forward(input, plan.rows, weight, None, eps, torch.float32, True, input.shape, plan.stat_shape)
+    y, _, rstd = _kernels().forward(input, plan.rows, weight, None, eps, torch.float32, True, plan.stat_shape)
     return y, rstd
 
 
@@ -80,7 +80,7 @@ def rms_norm_backward_impl(
     need = (bool(output_mask[0]), bool(output_mask[1]), False)
     dx, dw, _ = _kernels().backward(
         grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, True,
-        input.shape, tuple(normalized_shape),
+        tuple(normalized_shape),
     )
     if dw is not None and dw.dtype != weight.dtype:
         dw = dw.to(weight.dtype)

@@ -40,7 +40,7 @@ def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
 
 def _softmax_impl(self: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
     out_dtype = torch.float32 if half_to_float else self.dtype
-    return _kernels().forward(self, reduced_rows(self, dim), out_dtype, log, self.shape)
+    return _kernels().forward(self, reduced_rows(self, dim), out_dtype, log)
 
 
 def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> bool:
@@ -60,7 +60,7 @@ def _softmax_backward_impl(
     grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype, *, log: bool
 ) -> Tensor:
     return _kernels().backward(
-        grad_output, reduced_rows(grad_output, dim), output, reduced_rows(output, dim), input_dtype, log, output.shape
+        grad_output, reduced_rows(grad_output, dim), output, reduced_rows(output, dim), input_dtype, log
     )
 
 
