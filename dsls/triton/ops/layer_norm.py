@@ -24,7 +24,7 @@ def _kernels() -> ModuleType:
 
 def _stats_dtype(x: Tensor) -> torch.dtype:
     # aten keeps half-precision statistics in the input dtype on CPU and in fp32 on CUDA.
-    return x.dtype if x.device.type == "cpu" else torch.float32
+    return x.dtype if x.is_cpu else torch.float32
 
 
 def layer_norm_cond(
