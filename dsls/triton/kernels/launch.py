@@ -242,9 +242,12 @@ def _cuda_device_of(args: tuple) -> int | None:
 
 
 def _compiled_usable(compiled: Any) -> bool:
-    """A compiled kernel whose launcher the fast path knows how to call (Triton 3.6 and later)."""
+    """A compiled kernel, loaded by its first launch, whose launcher the fast path knows how to
+    call (Triton 3.6 and later: ``run``, ``function``, ``packed_metadata``; not a pending future)."""
     return (
         compiled is not None
         and not hasattr(compiled, "result")
-        and all(hasattr(compiled, name) for name in ("run", "function", "packed_metadata"))
+        and getattr(compiled, "function", None) is not None
+        and hasattr(compiled, "packed_metadata")
+        and callable(getattr(compiled, "run", None))
     )
