@@ -148,6 +148,21 @@ def test_prebound_path_steps_aside_for_hooks(gpu_like):
     assert len(kernel.normal) == 2 and not kernel.compiled.calls
 
 
+def test_launcher_rejecting_the_call_disables_the_prebound_path(gpu_like):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    x = torch.empty(64)
+    launcher((1,), (x, 64), 4, True, 128)
+
+    def reject(*args):
+        raise TypeError("function takes exactly 27 arguments (19 given)")
+
+    kernel.compiled.run = reject
+    launcher((1,), (x, 64), 4, True, 128)  # falls back to Triton's own path
+    launcher((1,), (x, 64), 4, True, 128)  # and stays there
+    assert len(kernel.normal) == 3 and not launcher._fast
+
+
 def test_tensor_on_another_device_switches_to_it_for_the_launch(gpu_like, monkeypatch):
     entered = []
 

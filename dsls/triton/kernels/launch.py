@@ -172,6 +172,7 @@ class Launcher:
         self._compiled: dict[tuple, Any] = {}
         self._fast = not _INTERPRET and self._layout_ok()
         self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
+        self._verified = False  # a direct launch has succeeded: its errors are real ones
 
     def _layout_ok(self) -> bool:
         """The fast path passes runtime args then constexprs: the kernel must declare them so."""
@@ -207,11 +208,22 @@ class Launcher:
         key = (device, constexprs, num_warps, _spec_key(args))
         compiled = self._compiled.get(key)
         if compiled is not None and self._hooks_idle():
-            compiled.run(
-                grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
-                *args, *constexprs,
-            )
+            try:
+                compiled.run(
+                    grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                    _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                    *args, *constexprs,
+                )
+            except (TypeError, ValueError):
+                if self._verified:
+                    raise
+                # The launcher rejected the call before launching: this Triton's launcher takes
+                # other arguments. Use Triton's own path for this kernel from now on.
+                self._fast = False
+                self._compiled.clear()
+                self._launch(grid, args, num_warps, constexprs)
+                return
+            self._verified = True
             return
         compiled = self._launch(grid, args, num_warps, constexprs)
         if _compiled_usable(compiled):
