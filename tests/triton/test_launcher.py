@@ -82,6 +82,9 @@ def test_spec_key_follows_what_triton_specializes_on():
     assert key((base, 5)) != key((base, 32))  # divisibility by 16
     assert key((base, 5)) != key((base, 2**40))  # 64-bit ints
     assert key((base, None)) != key((base, 5))
+    # Parameters key by layout like plain tensors: the cache must not hold on to the objects.
+    param = torch.nn.Parameter(torch.empty(64))
+    assert key((param, 5)) == key((base, 5)) and all(k is not param for k in key((param, 5)))
 
 
 class _FakeCompiled:

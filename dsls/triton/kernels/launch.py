@@ -100,6 +100,9 @@ _launch_stub: LaunchStub | None = None
 _INTERPRETER_LOCK = threading.Lock()
 _INTERPRET = interpret_mode()
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_Tensor = torch.Tensor
+# Compiled variants kept per kernel; past this many the table starts over (Triton keeps its own).
+_MAX_VARIANTS = 256
 
 
 @contextlib.contextmanager
@@ -122,28 +125,26 @@ def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
         _launch_stub = previous
 
 
-def _int_key(a: int) -> tuple[bool, bool, bool]:
-    return (a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX)
-
-
-def _tensor_key(a: torch.Tensor) -> tuple[torch.dtype, bool]:
-    return (a.dtype, not a.data_ptr() & 15)
-
-
-def _float_key(a: float) -> type:
-    return float
-
-
-_KEY_BY_TYPE: dict[type, Callable[[Any], Any]] = {torch.Tensor: _tensor_key, int: _int_key, float: _float_key}
-
-
 def _spec_key(args: tuple) -> tuple:
     """What Triton specializes a runtime argument on, for every argument (see module docstring).
 
-    Other values (None, bools, tensor subclasses) key by themselves: Triton treats None and bools
-    as compile-time values, and a subclass never reaches the fast path twice with another value.
+    Other values (None, bools) key by themselves: Triton treats them as compile-time values.
+    One plain loop: this runs on every GPU launch.
     """
-    return tuple(_KEY_BY_TYPE[type(a)](a) if type(a) in _KEY_BY_TYPE else a for a in args)
+    key = []
+    for a in args:
+        cls = a.__class__
+        if cls is int:
+            key.append((a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX))
+        elif cls is _Tensor:
+            key.append((a.dtype, not a.data_ptr() & 15))
+        elif cls is float:
+            key.append(float)
+        elif isinstance(a, _Tensor):  # parameters and other subclasses: never the object itself
+            key.append((a.dtype, not a.data_ptr() & 15))
+        else:
+            key.append(a)
+    return tuple(key)
 
 
 def _hook_idle(hook: Any) -> bool:
@@ -227,6 +228,8 @@ class Launcher:
             return
         compiled = self._launch(grid, args, num_warps, constexprs)
         if _compiled_usable(compiled):
+            if len(self._compiled) >= _MAX_VARIANTS:
+                self._compiled.clear()
             self._compiled[key] = compiled
 
     def _hooks_idle(self) -> bool:
