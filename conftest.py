@@ -1,9 +1,53 @@
-"""Test-session set-up: run Triton kernels through its interpreter on this CPU-only machine.
+"""Test-session set-up: pick where the Triton kernels run before torch is imported.
 
-Set before torch is imported, so that the triton backend installs its overrides at the CPU key.
+Importing torch installs python-native's overrides at the key the mode selects, so the choice is
+made here, first: an explicit ``PYTHON_NATIVE_TRITON_INTERPRET`` / ``TRITON_INTERPRET`` wins;
+otherwise the kernels run on CUDA when a CUDA build of torch sees a GPU, and through Triton's
+interpreter at the CPU key everywhere else.
 """
 
-import os
+from __future__ import annotations
 
-os.environ.setdefault("PYTHON_NATIVE_TRITON_INTERPRET", "1")
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+_INTERPRET_VARS = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
+
+
+def _torch_is_cuda_build() -> bool:
+    """Read torch's build metadata without importing torch (which would install the overrides)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return False
+    match = re.search(r"^cuda\b[^=\n]*=\s*(.+)$", text, re.MULTILINE)
+    return match is not None and match.group(1).strip() != "None"
+
+
+def _cuda_available() -> bool:
+    """``torch.cuda.is_available()`` asked in a child process, only for CUDA builds of torch."""
+    if not _torch_is_cuda_build():
+        return False
+    env = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1"}
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
+    try:
+        return subprocess.run([sys.executable, "-c", probe], env=env, timeout=300, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _choose_triton_mode() -> None:
+    explicit = next((os.environ[name] for name in _INTERPRET_VARS if name in os.environ), None)
+    mode = explicit if explicit is not None else ("0" if _cuda_available() else "1")
+    for name in _INTERPRET_VARS:
+        os.environ.setdefault(name, mode)
+
+
+_choose_triton_mode()

@@ -54,7 +54,8 @@ def test_first_matching_cond_wins_and_priority_reorders(overrides, x):
     pn.reorder_overrides(lambda op, key, found: seen.append((op, key)) or list(reversed(found)))
     assert torch.sub(x, x)[0, 0] == 2.0
     overrides("sub.Tensor", always, lambda s, o, alpha: torch.full_like(s, 4.0))  # ordered at registration
-    assert seen[-1] == ("sub.Tensor", "CPU") and all(key == "CPU" for _, key in seen)
+    # Other libraries' overrides (the Triton ones, at whatever key they sit) are reordered too.
+    assert seen[-1] == ("sub.Tensor", "CPU") and all(key == "CPU" for op, key in seen if op == "sub.Tensor")
 
 
 def test_unconditional_override_needs_no_cond(overrides, x):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DEVICE, DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 
@@ -30,7 +30,8 @@ def test_matches_aten(name, dtype, shape):
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_extreme_inputs(name):
     fn, fwd, bwd = ACTIVATIONS[name]
-    x = torch.tensor([-1e4, -100.0, -20.0, -5.0, -1e-6, 0.0, 1e-6, 5.0, 20.0, 100.0, 1e4]).requires_grad_()
+    values = [-1e4, -100.0, -20.0, -5.0, -1e-6, 0.0, 1e-6, 5.0, 20.0, 100.0, 1e4]
+    x = torch.tensor(values, device=DEVICE).requires_grad_()
     compare(fn, [x], [fwd, bwd])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DTYPES, Run, compare, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 
@@ -52,7 +52,18 @@ def test_declined_inputs_fall_back(case):
         x, w = make(4, 32, dtype=torch.bfloat16), make(32)
     else:
         x, w = make(3, 4, 32, requires_grad=False).permute(1, 0, 2).requires_grad_(), make(32)
-    result = run(lambda x, w: F.layer_norm(x, (32,), w), [x, w])
+    if case == "mixed_weight_dtype" and x.device.type == "cuda":
+        # aten's CPU kernel accepts half-precision input with fp32 parameters; its CUDA kernel
+        # reads the parameters in the input's dtype and rejects the pair. Declined, the call
+        # behaves as aten does on the device: the same error.
+        with pn.triton.disabled(), pytest.raises(RuntimeError) as aten_error:
+            F.layer_norm(x, (32,), w)
+        with pn.trace() as trace, pytest.raises(RuntimeError) as error:
+            F.layer_norm(x, (32,), w)
+        assert str(error.value) == str(aten_error.value)
+        result = Run(None, [], list(trace.events))
+    else:
+        result = run(lambda x, w: F.layer_norm(x, (32,), w), [x, w])
     assert result.fell_back(FWD)
     assert not result.triton_events()
 

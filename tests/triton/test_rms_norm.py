@@ -85,7 +85,7 @@ def test_conds_decline_what_the_kernels_do_not_handle():
     assert not rms.rms_norm_cond(x, [16], None, 1e-6)  # shape does not end with normalized_shape
     assert not rms.rms_norm_cond(make(3, 4, 32, requires_grad=False).transpose(0, 1), [32], w, 1e-6)
     assert not rms.rms_norm_cond(x[:0], [32], w, 1e-6)  # empty
-    rstd = torch.ones(4, 1)
+    rstd = torch.ones(4, 1, device=x.device)
     assert not rms.rms_norm_backward_cond(x, x, [32], rstd, None, [True, True])  # no weight to grad
     assert not rms.rms_norm_backward_cond(x.half(), x, [32], rstd, w, [True, True])
 

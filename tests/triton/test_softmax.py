@@ -77,7 +77,7 @@ def test_half_to_float_kernels(log):
     assert y.dtype == torch.float32
     with pn.triton.disabled():
         torch.testing.assert_close(y, ref_fn(x.float(), 1))
-    dy = torch.randn(6, 50)
+    dy = torch.randn(6, 50, device=x.device)
     dx = backward(dy, y, 1, torch.float16)
     with pn.triton.disabled():
         ref = torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, cast_out, on_device
+from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, Launcher, cast_out
 
 SILU = 0
 GELU = 1
@@ -64,16 +64,15 @@ def _act_bwd_kernel(DY, X, DX, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(DX + offs, cast_out(dy * d, DX.dtype.element_ty), mask=ok)
 
 
-def _grid(n: int) -> tuple[int]:
-    return (triton.cdiv(n, ELEMENTWISE_BLOCK),)
+_FWD = Launcher(_act_fwd_kernel, ("ACT", "BLOCK"))
+_BWD = Launcher(_act_bwd_kernel, ("ACT", "BLOCK"))
 
 
 def forward(x: torch.Tensor, act: int) -> torch.Tensor:
     """``act(x)`` into a tensor with ``x``'s shape and strides (``x`` must be dense)."""
     y = torch.empty_like(x)
     n = x.numel()
-    with on_device(x):
-        _act_fwd_kernel[_grid(n)](x, y, n, ACT=act, BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+    _FWD(((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (x, y, n), ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK)
     return y
 
 
@@ -81,6 +80,5 @@ def backward(dy: torch.Tensor, x: torch.Tensor, act: int) -> torch.Tensor:
     """``dy * act'(x)``; ``dy`` and ``x`` must be dense with identical strides."""
     dx = torch.empty_like(x)
     n = x.numel()
-    with on_device(x):
-        _act_bwd_kernel[_grid(n)](dy, x, dx, n, ACT=act, BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+    _BWD(((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (dy, x, dx, n), ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK)
     return dx

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from python_native.speckey import SpecializationCache
 
-from .launch import cast_out, on_device
+from .launch import Launcher, cast_out, next_power_of_2
 
 _TILE = 4096  # output elements per program
 
@@ -47,16 +47,19 @@ def _build_tile(m_hint: int, n_hint: int) -> tuple[int, int, int]:
 _TILES: SpecializationCache[tuple[int, int, int]] = SpecializationCache(_build_tile)
 
 
+_OUTER = Launcher(_outer_kernel, ("BLOCK_M", "BLOCK_N"))
+
+
 def outer(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``a [B, M, 1] @ c [B, 1, N]`` as a contiguous ``[B, M, N]`` tensor (any input strides)."""
     batch, m, n = a.shape[0], a.shape[1], c.shape[2]
-    out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    hints = (triton.next_power_of_2(m), triton.next_power_of_2(n))
+    out = a.new_empty((batch, m, n))
+    hints = (next_power_of_2(m), next_power_of_2(n))
     block_m, block_n, warps = _TILES.get(hints, *hints)
-    tiles_m, tiles_n = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
-    with on_device(a):
-        _outer_kernel[(batch * tiles_m * tiles_n,)](
-            a, c, out, m, n, a.stride(0), a.stride(1), c.stride(0), c.stride(2), tiles_m, tiles_n,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        )
+    tiles_m, tiles_n = (m + block_m - 1) // block_m, (n + block_n - 1) // block_n
+    _OUTER(
+        (batch * tiles_m * tiles_n,),
+        (a, c, out, m, n, a.stride(0), a.stride(1), c.stride(0), c.stride(2), tiles_m, tiles_n),
+        warps, block_m, block_n,
+    )
     return out

@@ -1,11 +1,22 @@
-"""Launch parameters shared by the kernels, computed once per shape class and cached."""
+"""Launch parameters shared by the kernels, and the launcher every kernel goes through.
+
+``Launcher`` replaces ``kernel[grid](...)`` on the hot path. Triton's ``JITFunction.run`` binds and
+specializes every argument on every call; after the first launch of a variant the launcher keeps
+the compiled kernel under a cheap key (constexprs, warps, and per argument what Triton specializes
+on: dtype and 16-byte alignment of pointers, ``== 1`` / divisibility by 16 / width of ints) and
+calls its low-level launcher directly, the way ``JITFunction.run`` itself does. Anything unusual
+(the interpreter, launch hooks, pre-run hooks, a Triton whose compiled kernels lack the expected
+members, a tensor on a device other than the current one) takes the normal path. Under the
+interpreter, which is not thread-safe, launches are serialized.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
-from typing import NamedTuple
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -45,8 +56,13 @@ class RowConfig(NamedTuple):
     num_warps: int
 
 
+def next_power_of_2(n: int) -> int:
+    """Smallest power of two >= ``n`` (``triton.next_power_of_2`` costs a wrapper call in newer Triton)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def _build_row_config(n_cols: int, rows_hint: int) -> RowConfig:
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = next_power_of_2(n_cols)
     block_m = min(max(1, ROW_TILE // block_n), rows_hint)
     num_warps = min(16, max(2, block_m * block_n // 512))
     return RowConfig(block_m, block_n, num_warps)
@@ -57,7 +73,7 @@ _ROW_CONFIGS: SpecializationCache[RowConfig] = SpecializationCache(_build_row_co
 
 def row_config(n_rows: int, n_cols: int) -> RowConfig:
     """Tile for a row-wise kernel; ``n_rows`` only caps how many rows share a program."""
-    rows_hint = min(triton.next_power_of_2(n_rows), ROW_TILE)
+    rows_hint = min(1 << (n_rows - 1).bit_length() if n_rows > 1 else 1, ROW_TILE)
     return _ROW_CONFIGS.get((n_cols, rows_hint), n_cols, rows_hint)
 
 
@@ -73,11 +89,180 @@ def program_slots(device: torch.device) -> int:
     return 4 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+# ---------------------------------------------------------------------------------------------
+# Launching
+
+LaunchStub = Callable[["Launcher", tuple, tuple, int, Sequence[Any]], None]
+
+# A replacement for the final launch (benchmarks measure everything up to it); None launches.
+_launch_stub: LaunchStub | None = None
+# Triton's interpreter keeps global state per launch: concurrent launches corrupt each other.
+_INTERPRETER_LOCK = threading.Lock()
+_INTERPRET = interpret_mode()
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_Tensor = torch.Tensor
+# Compiled variants kept per kernel; past this many the table starts over (Triton keeps its own).
+_MAX_VARIANTS = 256
+
+
 @contextlib.contextmanager
-def on_device(t: torch.Tensor) -> Iterator[None]:
-    """Make ``t``'s GPU current while launching: Triton launches on the current device."""
-    if t.device.type == "cuda" and t.device.index is not None and t.device.index != torch.cuda.current_device():
-        with torch.cuda.device(t.device.index):
-            yield
-    else:
-        yield
+def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
+    """Replace every kernel launch with ``stub`` (default: record the kernel name and return).
+
+    Everything before the launch still runs: routing, conds, plans, output allocation, argument
+    preparation. Yields the list of recorded kernel names (default stub only).
+    """
+    global _launch_stub
+    names: list[str] = []
+
+    def record(launcher: Launcher, grid: tuple, args: tuple, num_warps: int, constexprs: Sequence[Any]) -> None:
+        names.append(launcher.name)
+
+    previous, _launch_stub = _launch_stub, stub or record
+    try:
+        yield names
+    finally:
+        _launch_stub = previous
+
+
+def _spec_key(args: tuple) -> tuple:
+    """What Triton specializes a runtime argument on, for every argument (see module docstring).
+
+    Other values (None, bools) key by themselves: Triton treats them as compile-time values.
+    One plain loop: this runs on every GPU launch.
+    """
+    key = []
+    for a in args:
+        cls = a.__class__
+        if cls is int:
+            key.append((a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX))
+        elif cls is _Tensor:
+            key.append((a.dtype, not a.data_ptr() & 15))
+        elif cls is float:
+            key.append(float)
+        elif isinstance(a, _Tensor):  # parameters and other subclasses: never the object itself
+            key.append((a.dtype, not a.data_ptr() & 15))
+        else:
+            key.append(a)
+    return tuple(key)
+
+
+def _hook_idle(hook: Any) -> bool:
+    """No launch hook installed: None in Triton 3.6, an empty chain in later versions."""
+    return hook is None or not getattr(hook, "calls", True)
+
+
+_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
+
+
+class Launcher:
+    """One ``@triton.jit`` kernel with its constexpr parameter names (the trailing parameters).
+
+    Call it as ``launcher(grid, args, num_warps, *constexpr_values)``: ``args`` are the runtime
+    arguments in declaration order, the first of them a tensor on the launch device; the
+    constexpr values follow in ``constexprs`` order.
+    """
+
+    def __init__(self, kernel: Any, constexprs: Sequence[str]) -> None:
+        self.kernel = kernel
+        self.constexprs = tuple(constexprs)
+        self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
+        self._compiled: dict[tuple, Any] = {}
+        self._fast = not _INTERPRET and self._layout_ok()
+        self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
+        self._verified = False  # a direct launch has succeeded: its errors are real ones
+
+    def _layout_ok(self) -> bool:
+        """The fast path passes runtime args then constexprs: the kernel must declare them so."""
+        params = getattr(self.kernel, "params", None)
+        if params is None:
+            return False
+        n = len(self.constexprs)
+        tail = [p.name for p in params[len(params) - n :]] if n else []
+        return tail == list(self.constexprs) and all(p.is_constexpr for p in params[len(params) - n :]) and not any(
+            p.is_constexpr for p in params[: len(params) - n]
+        )
+
+    def __call__(self, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
+        if _launch_stub is not None:
+            _launch_stub(self, grid, args, num_warps, constexprs)
+            return
+        if _INTERPRET:
+            with _INTERPRETER_LOCK:
+                self._launch(grid, args, num_warps, constexprs)
+            return
+        device = _cuda_device_of(args)
+        if device is None:  # not a CUDA tensor: Triton's own path reports it
+            self._launch(grid, args, num_warps, constexprs)
+            return
+        if device != _current_device():
+            # Triton launches on the current device; switch only when the tensor is elsewhere.
+            with torch.cuda.device(device):
+                self._launch(grid, args, num_warps, constexprs)
+            return
+        if not self._fast:
+            self._launch(grid, args, num_warps, constexprs)
+            return
+        key = (device, constexprs, num_warps, _spec_key(args))
+        compiled = self._compiled.get(key)
+        if compiled is not None and self._hooks_idle():
+            try:
+                compiled.run(
+                    grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                    _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
+                    *args, *constexprs,
+                )
+            except (TypeError, ValueError):
+                if self._verified:
+                    raise
+                # The launcher rejected the call before launching: this Triton's launcher takes
+                # other arguments. Use Triton's own path for this kernel from now on.
+                self._fast = False
+                self._compiled.clear()
+                self._launch(grid, args, num_warps, constexprs)
+                return
+            self._verified = True
+            return
+        compiled = self._launch(grid, args, num_warps, constexprs)
+        if _compiled_usable(compiled):
+            if len(self._compiled) >= _MAX_VARIANTS:
+                self._compiled.clear()
+            self._compiled[key] = compiled
+
+    def _hooks_idle(self) -> bool:
+        """Nothing Triton would call around a launch: no pre-run hooks, no launch hooks."""
+        if getattr(self.kernel, "pre_run_hooks", None):
+            return False
+        runtime = self._runtime_knobs
+        if runtime is None:
+            from triton import knobs
+
+            runtime = self._runtime_knobs = knobs.runtime
+        return _hook_idle(runtime.launch_enter_hook) and _hook_idle(runtime.launch_exit_hook)
+
+    def _launch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
+        """Triton's own launch path; returns what it returns (the compiled kernel on GPU)."""
+        return self.kernel[grid](*args, num_warps=num_warps, **dict(zip(self.constexprs, constexprs, strict=True)))
+
+
+def _cuda_device_of(args: tuple) -> int | None:
+    """Index of the CUDA device of the first argument (None when it is not a CUDA tensor)."""
+    first = args[0]
+    if isinstance(first, torch.Tensor) and first.is_cuda:
+        return first.get_device()
+    return None
+
+
+def _compiled_usable(compiled: Any) -> bool:
+    """A compiled kernel, loaded by its first launch, whose launcher the fast path knows how to
+    call (Triton 3.6 and later: ``run``, ``function``, ``packed_metadata``; not a pending future)."""
+    return (
+        compiled is not None
+        and not hasattr(compiled, "result")
+        and getattr(compiled, "function", None) is not None
+        and hasattr(compiled, "packed_metadata")
+        and callable(getattr(compiled, "run", None))
+    )

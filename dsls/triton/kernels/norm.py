@@ -8,13 +8,15 @@ weight and bias gradients in fp32 registers, written once as a partial sum per p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import triton
 import triton.language as tl
 
 from dsls.triton.ops._layout import Rows
 
-from .launch import cast_out, on_device, program_slots, row_config
+from .launch import Launcher, cast_out, program_slots, row_config
 
 
 @triton.jit
@@ -105,6 +107,10 @@ def _norm_bwd_kernel(
         tl.store(DB + pid * n_cols + cols, db, mask=col_ok)
 
 
+_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"))
+_BWD = Launcher(_norm_bwd_kernel, ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_N"))
+
+
 def forward(
     x: torch.Tensor,
     rows: Rows,
@@ -113,21 +119,28 @@ def forward(
     eps: float,
     stats_dtype: torch.dtype,
     rms: bool,
+    stat_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Normalize ``x`` seen as ``rows``: ``(y [M, N] contiguous, mean [M] or None, rstd [M])``."""
+    """Normalize ``x`` seen as ``rows``: ``(y, mean or None, rstd)``, all contiguous.
+
+    ``y`` is shaped like ``x``, the statistics ``[M]`` or ``stat_shape`` (as many elements):
+    outputs are allocated in their final shape, with no view afterwards.
+    """
     m, n = rows.n_rows, rows.n_cols
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    rstd = torch.empty((m,), dtype=stats_dtype, device=x.device)
-    mean = None if rms else torch.empty((m,), dtype=stats_dtype, device=x.device)
+    # empty_like / new_empty are the cheapest allocation calls from Python.
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    stats = (m,) if stat_shape is None else stat_shape
+    rstd = x.new_empty(stats, dtype=stats_dtype)
+    mean = None if rms else x.new_empty(stats, dtype=stats_dtype)
     cfg = row_config(m, n)
-    with on_device(x):
-        _norm_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+    _FWD(
+        ((m + cfg.block_m - 1) // cfg.block_m,),
+        (
             x, x if weight is None else weight, x if bias is None else bias, y,
-            rstd if mean is None else mean, rstd,
-            m, n, rows.row_stride, rows.col_stride, eps,
-            IS_RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        )
+            rstd if mean is None else mean, rstd, m, n, rows.row_stride, rows.col_stride, float(eps),
+        ),
+        cfg.num_warps, rms, weight is not None, bias is not None, cfg.block_m, cfg.block_n,
+    )
     return y, mean, rstd
 
 
@@ -141,9 +154,11 @@ def backward(
     weight: torch.Tensor | None,
     need: tuple[bool, bool, bool],
     rms: bool,
+    param_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Gradients ``(dx [M, N], dw [N] fp32, db [N] fp32)``; entries not in ``need`` are None.
+    """Gradients ``(dx, dw fp32, db fp32)``; entries not in ``need`` are None.
 
+    ``dx`` is shaped like ``x``, ``dw`` and ``db`` are ``[N]`` or ``param_shape``, all contiguous.
     ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
     """
     need_dx, need_dw, need_db = need
@@ -151,22 +166,25 @@ def backward(
         return None, None, None
     m, n = x_rows.n_rows, x_rows.n_cols
     cfg = row_config(m, n)
-    blocks = triton.cdiv(m, cfg.block_m)
+    blocks = (m + cfg.block_m - 1) // cfg.block_m
     programs = min(blocks, program_slots(x.device)) if (need_dw or need_db) else blocks
-    dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
-    dw = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_dw else None
-    db = torch.empty((programs, n), dtype=torch.float32, device=x.device) if need_db else None
-    with on_device(x):
-        _norm_bwd_kernel[(programs,)](
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format) if need_dx else None
+    # One partial row of parameter gradients per program, summed below; a single program
+    # writes the final gradient directly.
+    partials = (programs, n) if programs > 1 else ((n,) if param_shape is None else param_shape)
+    dw = x.new_empty(partials, dtype=torch.float32) if need_dw else None
+    db = x.new_empty(partials, dtype=torch.float32) if need_db else None
+    _BWD(
+        (programs,),
+        (
             dy, x, x if weight is None else weight, rstd if mean is None else mean, rstd,
             x if dx is None else dx, rstd if dw is None else dw, rstd if db is None else db,
             m, n, dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride,
-            IS_RMS=rms, HAS_W=weight is not None,
-            NEED_DX=need_dx, NEED_DW=need_dw, NEED_DB=need_db,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-        )
-    return (
-        dx,
-        None if dw is None else dw.sum(0),
-        None if db is None else db.sum(0),
+        ),
+        cfg.num_warps, rms, weight is not None, need_dx, need_dw, need_db, cfg.block_m, cfg.block_n,
     )
+    if programs > 1:
+        final = (n,) if param_shape is None else param_shape
+        dw = None if dw is None else dw.sum(0).view(final)
+        db = None if db is None else db.sum(0).view(final)
+    return dx, dw, db

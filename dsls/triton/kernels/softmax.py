@@ -13,7 +13,7 @@ import triton.language as tl
 
 from dsls.triton.ops._layout import Rows
 
-from .launch import MAX_ROW_BLOCK, cast_out, on_device, row_config
+from .launch import MAX_ROW_BLOCK, Launcher, cast_out, row_config
 
 # Chunk width and warps for the streaming kernels.
 LOOP_BLOCK = 4096
@@ -125,40 +125,46 @@ def _softmax_bwd_looped_kernel(
         tl.store(dx_row + cols, cast_out(dx, DX.dtype.element_ty), mask=ok)
 
 
+_FWD = Launcher(_softmax_fwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
+_FWD_LOOPED = Launcher(_softmax_fwd_looped_kernel, ("LOG", "BLOCK_N"))
+_BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
+_BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
+
+
 def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
-    """(Log-)softmax of each row of ``x``: a contiguous ``[M, N]`` tensor of ``out_dtype``."""
+    """(Log-)softmax of each row of ``x``: a contiguous tensor of ``out_dtype`` shaped like ``x``."""
     m, n = rows.n_rows, rows.n_cols
-    y = torch.empty((m, n), dtype=out_dtype, device=x.device)
-    with on_device(x):
-        if triton.next_power_of_2(n) <= MAX_ROW_BLOCK:
-            cfg = row_config(m, n)
-            _softmax_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
-                x, y, m, n, rows.row_stride, rows.col_stride,
-                LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-            )
-        else:
-            _softmax_fwd_looped_kernel[(m,)](
-                x, y, n, rows.row_stride, rows.col_stride, LOG=log, BLOCK_N=LOOP_BLOCK, num_warps=LOOP_WARPS
-            )
+    # empty_like is the cheapest allocation call from Python; rows are written row-major.
+    y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
+    if n <= MAX_ROW_BLOCK:
+        cfg = row_config(m, n)
+        _FWD(
+            ((m + cfg.block_m - 1) // cfg.block_m,), (x, y, m, n, rows.row_stride, rows.col_stride),
+            cfg.num_warps, log, cfg.block_m, cfg.block_n,
+        )
+    else:
+        _FWD_LOOPED((m,), (x, y, n, rows.row_stride, rows.col_stride), LOOP_WARPS, log, LOOP_BLOCK)
     return y
 
 
 def backward(
-    dy: torch.Tensor, dy_rows: Rows, y: torch.Tensor, y_rows: Rows, out_dtype: torch.dtype, log: bool
+    dy: torch.Tensor,
+    dy_rows: Rows,
+    y: torch.Tensor,
+    y_rows: Rows,
+    out_dtype: torch.dtype,
+    log: bool,
 ) -> torch.Tensor:
-    """Input gradient of (log-)softmax from its output ``y``: a contiguous ``[M, N]`` tensor."""
+    """Input gradient of (log-)softmax from its output ``y``: a contiguous tensor shaped like ``y``."""
     m, n = y_rows.n_rows, y_rows.n_cols
-    dx = torch.empty((m, n), dtype=out_dtype, device=y.device)
+    dx = torch.empty_like(y, dtype=out_dtype, memory_format=torch.contiguous_format)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
-    with on_device(y):
-        if triton.next_power_of_2(n) <= MAX_ROW_BLOCK:
-            cfg = row_config(m, n)
-            _softmax_bwd_kernel[(triton.cdiv(m, cfg.block_m),)](
-                dy, y, dx, m, n, *strides,
-                LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-            )
-        else:
-            _softmax_bwd_looped_kernel[(m,)](
-                dy, y, dx, n, *strides, LOG=log, BLOCK_N=LOOP_BLOCK, num_warps=LOOP_WARPS
-            )
+    if n <= MAX_ROW_BLOCK:
+        cfg = row_config(m, n)
+        _BWD(
+            ((m + cfg.block_m - 1) // cfg.block_m,), (dy, y, dx, m, n, *strides),
+            cfg.num_warps, log, cfg.block_m, cfg.block_n,
+        )
+    else:
+        _BWD_LOOPED((m,), (dy, y, dx, n, *strides), LOOP_WARPS, log, LOOP_BLOCK)
     return dx

@@ -4,6 +4,11 @@ Row kernels see a tensor as ``n_rows x n_cols`` with one stride per axis. Any te
 leading dims and whose reduced dims each collapse to one evenly strided axis fits, which covers
 contiguous tensors, row slices of wider buffers and the all-zero strides of expanded gradients
 without a copy.
+
+Conds and impls share the analysis through per-layout caches: the cond of a call computes a row
+view once per ``(sizes, strides, dims)`` and the impl it selects finds it there instead of
+recomputing it. Only exact ``torch.Tensor`` layouts are cached (FakeTensors, whose sizes may be
+symbolic, are analysed directly: conds stay metadata-only).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 import dsls.triton as backend
+from python_native.speckey import SpecializationCache
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
@@ -47,9 +53,14 @@ def backend_device() -> str:
 
 def on_backend(*tensors: torch.Tensor | None) -> bool:
     """Every given tensor lives on the device the kernels run on (None entries are skipped)."""
-    device = backend_device()
+    # ``is_cuda`` / ``is_cpu`` are plain flags; ``t.device`` would build a device object per tensor.
+    if backend_device() == "cuda":
+        for t in tensors:
+            if t is not None and not t.is_cuda:
+                return False
+        return True
     for t in tensors:
-        if t is not None and t.device.type != device:
+        if t is not None and not t.is_cpu:
             return False
     return True
 
@@ -73,8 +84,7 @@ def collapse(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int] | 
     return numel, 1 if stride is None else stride
 
 
-def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
-    """View ``t`` as rows of its last ``n_inner`` dims, or None when no single stride pair fits."""
+def _as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
     if n_inner < 1 or n_inner > t.ndim:
         return None
     axis = t.ndim - n_inner
@@ -89,14 +99,32 @@ def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
     return Rows(outer[0], inner[0], outer[1], inner[1])
 
 
-def reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
-    """Rows for a reduction over ``dim`` alone: every later dim must have size 1."""
+def _reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
     if t.ndim == 0 or not -t.ndim <= dim < t.ndim:
         return None
     dim %= t.ndim
     if any(size != 1 for size in t.shape[dim + 1 :]):
         return None
-    return as_rows(t, t.ndim - dim)
+    return _as_rows(t, t.ndim - dim)
+
+
+_AS_ROWS: SpecializationCache[Rows | None] = SpecializationCache(_as_rows, 4096)
+_REDUCED_ROWS: SpecializationCache[Rows | None] = SpecializationCache(_reduced_rows, 4096)
+_Tensor = torch.Tensor
+
+
+def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
+    """View ``t`` as rows of its last ``n_inner`` dims, or None when no single stride pair fits."""
+    if type(t) is not _Tensor:
+        return _as_rows(t, n_inner)
+    return _AS_ROWS.get((t.size(), t.stride(), n_inner), t, n_inner)
+
+
+def reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
+    """Rows for a reduction over ``dim`` alone: every later dim must have size 1."""
+    if type(t) is not _Tensor:
+        return _reduced_rows(t, dim)
+    return _REDUCED_ROWS.get((t.size(), t.stride(), dim), t, dim)
 
 
 def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | None:
@@ -107,13 +135,41 @@ def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | N
     return t.ndim - n
 
 
-def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> Rows | None:
-    """Rows of a float ``x`` normalized over its trailing ``normalized_shape``, when the
-    single-block norm kernels handle them (rows up to ``max_cols`` long), else None."""
-    if not float_dtype(x) or normalized_axis(x, normalized_shape) is None:
+class NormPlan(NamedTuple):
+    """How the norm kernels see an input: its rows, and the shape of its per-row statistics."""
+
+    rows: Rows
+    stat_shape: tuple[int, ...]
+
+
+def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int) -> NormPlan | None:
+    axis = normalized_axis(x, normalized_shape)
+    if axis is None:
         return None
-    rows = as_rows(x, len(normalized_shape))
-    return rows if row_fits(rows) and rows.n_cols <= max_cols else None
+    rows = _as_rows(x, len(normalized_shape))
+    if not row_fits(rows) or rows.n_cols > max_cols:
+        return None
+    return NormPlan(rows, tuple(stat_shape(x, axis)))
+
+
+_NORM_PLANS: SpecializationCache[NormPlan | None] = SpecializationCache(_norm_plan, 4096)
+
+
+def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> NormPlan | None:
+    """The plan for a float ``x`` normalized over its trailing ``normalized_shape``, when the
+    single-block norm kernels handle its rows (up to ``max_cols`` long), else None."""
+    if x.dtype not in FLOAT_DTYPES:
+        return None
+    shape = tuple(normalized_shape)
+    if type(x) is not _Tensor:
+        return _norm_plan(x, shape, max_cols)
+    return _NORM_PLANS.get((x.size(), x.stride(), shape, max_cols), x, shape, max_cols)
+
+
+def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> Rows | None:
+    """Rows of ``x`` for the norm kernels (see ``norm_plan``), else None."""
+    plan = norm_plan(x, normalized_shape, max_cols)
+    return None if plan is None else plan.rows
 
 
 def stats_ok(stat: torch.Tensor, x: torch.Tensor, n_rows: int) -> bool:
@@ -128,7 +184,7 @@ def stat_shape(t: torch.Tensor, axis: int) -> list[int]:
 
 def is_param(p: torch.Tensor | None, shape: Sequence[int], dtype: torch.dtype) -> bool:
     """An optional affine parameter: absent, or contiguous with the expected shape and dtype."""
-    return p is None or (tuple(p.shape) == tuple(shape) and p.dtype == dtype and p.is_contiguous())
+    return p is None or (p.dtype == dtype and tuple(p.shape) == tuple(shape) and p.is_contiguous())
 
 
 def row_fits(r: Rows | None) -> bool:
@@ -142,9 +198,13 @@ def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:
     Such tensors can be processed as flat arrays from their first element, in any dim order
     (contiguous, channels-last, transposed, ...).
     """
-    if any(o.shape != t.shape or o.stride() != t.stride() for o in others):
-        return False
-    if t.is_contiguous():
+    if others:
+        # Equal strides and shapes: both contiguous settles it without building stride tuples.
+        if t.is_contiguous():
+            return all(o.is_contiguous() and o.shape == t.shape for o in others)
+        if any(o.shape != t.shape or o.stride() != t.stride() for o in others):
+            return False
+    elif t.is_contiguous():
         return True
     dims = sorted((step, size) for size, step in zip(t.shape, t.stride(), strict=True) if size != 1)
     expected = 1

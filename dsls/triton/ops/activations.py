@@ -6,10 +6,13 @@ sharing shape and strides; broadcasting or gappy views go to aten.
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
+
 import torch
 
 from . import OverrideSpec
-from ._layout import dense_like, fits_index, float_dtype, on_backend
+from ._layout import FLOAT_DTYPES, dense_like, fits_index, on_backend
 
 Tensor = torch.Tensor
 
@@ -17,55 +20,58 @@ _GELU_MODES = {"none": 1, "tanh": 2}  # values match dsls.triton.kernels.activat
 _SILU = 0
 
 
-def _operands_ok(*tensors: Tensor) -> bool:
-    first = tensors[0]
+@functools.cache
+def _kernels() -> ModuleType:
+    """The kernel module, imported (with triton) on the first launch rather than with the op."""
+    from dsls.triton.kernels import activations
+
+    return activations
+
+
+def _input_ok(x: Tensor) -> bool:
+    return on_backend(x) and x.dtype in FLOAT_DTYPES and fits_index(x) and dense_like(x)
+
+
+def _pair_ok(x: Tensor, grad: Tensor) -> bool:
     return (
-        on_backend(*tensors)
-        and float_dtype(first)
-        and all(t.dtype == first.dtype for t in tensors)
-        and fits_index(first)
-        and dense_like(first, *tensors[1:])
+        on_backend(x, grad)
+        and x.dtype in FLOAT_DTYPES
+        and grad.dtype == x.dtype
+        and fits_index(x)
+        and dense_like(x, grad)
     )
 
 
 def silu_cond(self: Tensor) -> bool:
-    return _operands_ok(self)
+    return _input_ok(self)
 
 
 def silu_impl(self: Tensor) -> Tensor:
-    from dsls.triton.kernels import activations
-
-    return activations.forward(self, _SILU)
+    return _kernels().forward(self, _SILU)
 
 
 def silu_backward_cond(grad_output: Tensor, self: Tensor) -> bool:
-    return _operands_ok(self, grad_output)
+    return _pair_ok(self, grad_output)
 
 
 def silu_backward_impl(grad_output: Tensor, self: Tensor) -> Tensor:
-    from dsls.triton.kernels import activations
-
-    return activations.backward(grad_output, self, _SILU)
+    return _kernels().backward(grad_output, self, _SILU)
 
 
 def gelu_cond(self: Tensor, *, approximate: str) -> bool:
-    return approximate in _GELU_MODES and _operands_ok(self)
+    return approximate in _GELU_MODES and _input_ok(self)
 
 
 def gelu_impl(self: Tensor, *, approximate: str) -> Tensor:
-    from dsls.triton.kernels import activations
-
-    return activations.forward(self, _GELU_MODES[approximate])
+    return _kernels().forward(self, _GELU_MODES[approximate])
 
 
 def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> bool:
-    return approximate in _GELU_MODES and _operands_ok(self, grad_output)
+    return approximate in _GELU_MODES and _pair_ok(self, grad_output)
 
 
 def gelu_backward_impl(grad_output: Tensor, self: Tensor, *, approximate: str) -> Tensor:
-    from dsls.triton.kernels import activations
-
-    return activations.backward(grad_output, self, _GELU_MODES[approximate])
+    return _kernels().backward(grad_output, self, _GELU_MODES[approximate])
 
 
 OVERRIDES = [

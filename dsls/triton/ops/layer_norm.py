@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from types import ModuleType
 
 import torch
 
 from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_plan, on_backend, row_fits, stats_ok
 
 Tensor = torch.Tensor
 
 
+@functools.cache
+def _kernels() -> ModuleType:
+    """The kernel module, imported (with triton) on the first launch rather than with the op."""
+    from dsls.triton.kernels import norm
+
+    return norm
+
+
 def _stats_dtype(x: Tensor) -> torch.dtype:
     # aten keeps half-precision statistics in the input dtype on CPU and in fp32 on CUDA.
-    return x.dtype if x.device.type == "cpu" else torch.float32
+    return x.dtype if x.is_cpu else torch.float32
 
 
 def layer_norm_cond(
@@ -22,7 +32,7 @@ def layer_norm_cond(
 ) -> bool:
     return (
         on_backend(input, weight, bias)
-        and norm_rows(input, normalized_shape) is not None
+        and norm_plan(input, normalized_shape) is not None
         and is_param(weight, normalized_shape, input.dtype)
         and is_param(bias, normalized_shape, input.dtype)
     )
@@ -31,12 +41,11 @@ def layer_norm_cond(
 def layer_norm_impl(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    from dsls.triton.kernels import norm
-
-    rows = as_rows(input, len(normalized_shape))
-    y, mean, rstd = norm.forward(input, rows, weight, bias, eps, _stats_dtype(input), rms=False)
-    shape = stat_shape(input, input.ndim - len(normalized_shape))
-    return y.view(input.shape), mean.view(shape), rstd.view(shape)
+    plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
+    y, mean, rstd = _kernels().forward(
+        input, plan.rows, weight, bias, eps, _stats_dtype(input), False, plan.stat_shape
+    )
+    return y, mean, rstd
 
 
 def layer_norm_backward_cond(
@@ -51,17 +60,18 @@ def layer_norm_backward_cond(
 ) -> bool:
     if not on_backend(grad_out, input, mean, rstd, weight, bias):
         return False
-    rows = norm_rows(input, normalized_shape, MAX_NORM_BWD_COLS)
-    if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
+    plan = norm_plan(input, normalized_shape, MAX_NORM_BWD_COLS)
+    if plan is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
         return False
     if not (is_param(weight, normalized_shape, input.dtype) and is_param(bias, normalized_shape, input.dtype)):
         return False
     # A parameter gradient is only asked for a parameter that exists.
     if (output_mask[1] and weight is None) or (output_mask[2] and bias is None):
         return False
+    n_rows = plan.rows.n_rows
     return (
-        stats_ok(mean, input, rows.n_rows)
-        and stats_ok(rstd, input, rows.n_rows)
+        stats_ok(mean, input, n_rows)
+        and stats_ok(rstd, input, n_rows)
         and row_fits(as_rows(grad_out, len(normalized_shape)))
     )
 
@@ -76,18 +86,18 @@ def layer_norm_backward_impl(
     bias: Tensor | None,
     output_mask: Sequence[bool],
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    from dsls.triton.kernels import norm
-
     n_inner = len(normalized_shape)
     need = (bool(output_mask[0]), bool(output_mask[1]), bool(output_mask[2]))
-    dx, dw, db = norm.backward(
-        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, rms=False
+    # The cond checked that the parameters are shaped like normalized_shape.
+    dx, dw, db = _kernels().backward(
+        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, False,
+        tuple(normalized_shape),
     )
-    return (
-        None if dx is None else dx.view(input.shape),
-        None if dw is None else dw.view(weight.shape).to(weight.dtype),
-        None if db is None else db.view(bias.shape).to(bias.dtype),
-    )
+    if dw is not None and dw.dtype != weight.dtype:
+        dw = dw.to(weight.dtype)
+    if db is not None and db.dtype != bias.dtype:
+        db = db.to(bias.dtype)
+    return dx, dw, db
 
 
 OVERRIDES = [

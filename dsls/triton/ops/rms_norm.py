@@ -10,12 +10,14 @@ autograd to the backward op, and with nothing to fall back to the family is not 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from types import ModuleType
 
 import torch
 
 from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_rows, on_backend, row_fits, stat_shape, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_plan, on_backend, row_fits, stats_ok
 
 Tensor = torch.Tensor
 
@@ -23,10 +25,18 @@ Tensor = torch.Tensor
 DEFAULT_EPS = torch.finfo(torch.float32).eps
 
 
+@functools.cache
+def _kernels() -> ModuleType:
+    """The kernel module, imported (with triton) on the first launch rather than with the op."""
+    from dsls.triton.kernels import norm
+
+    return norm
+
+
 def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> bool:
     return (
         on_backend(input, weight)
-        and norm_rows(input, normalized_shape) is not None
+        and norm_plan(input, normalized_shape) is not None
         and is_param(weight, normalized_shape, input.dtype)
     )
 
@@ -34,12 +44,10 @@ def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor
 def rms_norm_impl(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None
 ) -> tuple[Tensor, Tensor]:
-    from dsls.triton.kernels import norm
-
-    rows = as_rows(input, len(normalized_shape))
+    plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
     eps = DEFAULT_EPS if eps is None else eps
-    y, _, rstd = norm.forward(input, rows, weight, None, eps, torch.float32, rms=True)
-    return y.view(input.shape), rstd.view(stat_shape(input, input.ndim - len(normalized_shape)))
+    y, _, rstd = _kernels().forward(input, plan.rows, weight, None, eps, torch.float32, True, plan.stat_shape)
+    return y, rstd
 
 
 def rms_norm_backward_cond(
@@ -52,12 +60,12 @@ def rms_norm_backward_cond(
 ) -> bool:
     if not on_backend(grad_out, input, rstd, weight):
         return False
-    rows = norm_rows(input, normalized_shape, MAX_NORM_BWD_COLS)
-    if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
+    plan = norm_plan(input, normalized_shape, MAX_NORM_BWD_COLS)
+    if plan is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
         return False
     if not is_param(weight, normalized_shape, input.dtype) or (output_mask[1] and weight is None):
         return False
-    return stats_ok(rstd, input, rows.n_rows) and row_fits(as_rows(grad_out, len(normalized_shape)))
+    return stats_ok(rstd, input, plan.rows.n_rows) and row_fits(as_rows(grad_out, len(normalized_shape)))
 
 
 def rms_norm_backward_impl(
@@ -68,17 +76,15 @@ def rms_norm_backward_impl(
     weight: Tensor | None,
     output_mask: Sequence[bool],
 ) -> tuple[Tensor | None, Tensor | None]:
-    from dsls.triton.kernels import norm
-
     n_inner = len(normalized_shape)
     need = (bool(output_mask[0]), bool(output_mask[1]), False)
-    dx, dw, _ = norm.backward(
-        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, rms=True
+    dx, dw, _ = _kernels().backward(
+        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, True,
+        tuple(normalized_shape),
     )
-    return (
-        None if dx is None else dx.view(input.shape),
-        None if dw is None else dw.view(weight.shape).to(weight.dtype),
-    )
+    if dw is not None and dw.dtype != weight.dtype:
+        dw = dw.to(weight.dtype)
+    return dx, dw
 
 
 OVERRIDES = [

@@ -7,12 +7,23 @@ it for fp16 inputs; the same holds here.
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
+
 import torch
 
 from . import OverrideSpec
 from ._layout import float_dtype, on_backend, reduced_rows, row_fits
 
 Tensor = torch.Tensor
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """The kernel module, imported (with triton) on the first launch rather than with the op."""
+    from dsls.triton.kernels import softmax
+
+    return softmax
 
 
 def _half_to_float_ok(x: Tensor) -> bool:
@@ -28,10 +39,8 @@ def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
 
 
 def _softmax_impl(self: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
-    from dsls.triton.kernels import softmax
-
     out_dtype = torch.float32 if half_to_float else self.dtype
-    return softmax.forward(self, reduced_rows(self, dim), out_dtype, log).view(self.shape)
+    return _kernels().forward(self, reduced_rows(self, dim), out_dtype, log)
 
 
 def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> bool:
@@ -50,12 +59,9 @@ def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_d
 def _softmax_backward_impl(
     grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype, *, log: bool
 ) -> Tensor:
-    from dsls.triton.kernels import softmax
-
-    dx = softmax.backward(
+    return _kernels().backward(
         grad_output, reduced_rows(grad_output, dim), output, reduced_rows(output, dim), input_dtype, log
     )
-    return dx.view(output.shape)
 
 
 def softmax_impl(self: Tensor, dim: int, half_to_float: bool) -> Tensor:

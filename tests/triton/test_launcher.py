@@ -1,0 +1,201 @@
+"""The launch layer: stubbed launches, serialized interpreter launches, the pre-bound GPU path."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_testing import DEVICE, make, requires_triton, seeded  # noqa: F401
+
+import dsls.triton as backend
+import python_native as pn
+from dsls.triton.kernels import launch
+
+pytestmark = requires_triton
+
+interpreter_only = pytest.mark.skipif(not backend.interpret_mode(), reason="about Triton's interpreter")
+cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs the kernels on a CUDA device")
+
+
+def test_stubbed_launch_runs_the_routed_path_but_not_the_kernel():
+    x = make(8, 64, requires_grad=False)
+    with stubbed_launches_and_trace() as (names, trace):
+        torch.softmax(x, -1)
+    assert names == ["_softmax_fwd_kernel"]
+    assert ("triton", "override") in {(e.dsl, e.outcome) for e in trace.events if e.op == "_softmax"}
+    # Outside the scope the kernel runs again.
+    with pn.triton.disabled():
+        ref = torch.softmax(x, -1)
+    torch.testing.assert_close(torch.softmax(x, -1), ref)
+
+
+class stubbed_launches_and_trace:
+    def __enter__(self):
+        self._stub = launch.stubbed_launches()
+        self._trace = pn.trace()
+        return self._stub.__enter__(), self._trace.__enter__()
+
+    def __exit__(self, *exc):
+        self._trace.__exit__(*exc)
+        return self._stub.__exit__(*exc)
+
+
+@interpreter_only
+def test_interpreter_launches_from_many_threads():
+    """The interpreter keeps per-launch global state: concurrent launches must be serialized."""
+    inputs = [make(16, 40 + i, requires_grad=False) for i in range(6)]
+    with pn.triton.disabled():
+        expected = [F.softmax(x, -1) for x in inputs]
+    results: dict[int, torch.Tensor] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(inputs))
+
+    def work(i: int) -> None:
+        try:
+            start.wait()
+            for _ in range(3):
+                results[i] = F.softmax(inputs[i], -1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, ref in enumerate(expected):
+        torch.testing.assert_close(results[i], ref)
+
+
+def test_spec_key_follows_what_triton_specializes_on():
+    base = torch.empty(64)
+    key = launch._spec_key
+    assert key((base, 5)) == key((torch.empty(64), 7))
+    assert key((base, 5)) != key((base[1:], 5))  # a pointer no longer 16-byte aligned
+    assert key((base, 5)) != key((base.half(), 5))  # dtype
+    assert key((base, 5)) != key((base, 1))  # ints equal to 1 are compile-time constants
+    assert key((base, 5)) != key((base, 32))  # divisibility by 16
+    assert key((base, 5)) != key((base, 2**40))  # 64-bit ints
+    assert key((base, None)) != key((base, 5))
+    # Parameters key by layout like plain tensors: the cache must not hold on to the objects.
+    param = torch.nn.Parameter(torch.empty(64))
+    assert key((param, 5)) == key((base, 5)) and all(k is not param for k in key((param, 5)))
+
+
+class _FakeCompiled:
+    def __init__(self):
+        self.function, self.packed_metadata, self.calls = object(), object(), []
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+class _FakeKernel:
+    """Stands for a JITFunction: records normal launches, returns one compiled kernel per call."""
+
+    def __init__(self):
+        self.params = [types.SimpleNamespace(name=n, is_constexpr=n.isupper()) for n in ("x", "n", "LOG", "BLOCK")]
+        self.pre_run_hooks: list = []
+        self.normal: list = []
+        self.compiled = _FakeCompiled()
+
+    def __getitem__(self, grid):
+        def launch_(*args, **kwargs):
+            self.normal.append((grid, args, kwargs))
+            return self.compiled
+
+        return launch_
+
+
+@pytest.fixture
+def gpu_like(monkeypatch):
+    """Pretend CPU tensors live on the current CUDA device, to drive the GPU path here."""
+    monkeypatch.setattr(launch, "_INTERPRET", False)
+    monkeypatch.setattr(launch, "_cuda_device_of", lambda args: 0)
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 1234)
+
+
+def test_prebound_path_reuses_the_compiled_kernel(gpu_like):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    x = torch.empty(64)
+    launcher((3,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 1 and not kernel.compiled.calls
+    grid, args, kwargs = kernel.normal[0]
+    assert grid == (3,) and args == (x, 64) and kwargs == {"num_warps": 4, "LOG": True, "BLOCK": 128}
+
+    launcher((5,), (x, 80), 4, True, 128)  # same specialization: straight to the compiled launcher
+    assert len(kernel.normal) == 1
+    c = kernel.compiled
+    assert c.calls == [(5, 1, 1, 1234, c.function, c.packed_metadata, None, None, None, x, 80, True, 128)]
+
+    launcher((5,), (x, 1), 4, True, 128)  # n == 1 compiles another variant: the normal path
+    launcher((5,), (x, 80), 8, True, 128)  # other warps
+    launcher((5,), (x, 80), 4, False, 128)  # other constexpr
+    assert len(kernel.normal) == 4
+
+
+def test_prebound_path_steps_aside_for_hooks(gpu_like):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    x = torch.empty(64)
+    launcher((1,), (x, 64), 4, True, 128)
+    kernel.pre_run_hooks.append(lambda *a, **k: None)
+    launcher((1,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 2 and not kernel.compiled.calls
+
+
+def test_launcher_rejecting_the_call_disables_the_prebound_path(gpu_like):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    x = torch.empty(64)
+    launcher((1,), (x, 64), 4, True, 128)
+
+    def reject(*args):
+        raise TypeError("function takes exactly 27 arguments (19 given)")
+
+    kernel.compiled.run = reject
+    launcher((1,), (x, 64), 4, True, 128)  # falls back to Triton's own path
+    launcher((1,), (x, 64), 4, True, 128)  # and stays there
+    assert len(kernel.normal) == 3 and not launcher._fast
+
+
+def test_tensor_on_another_device_switches_to_it_for_the_launch(gpu_like, monkeypatch):
+    entered = []
+
+    @contextlib.contextmanager
+    def device(index):
+        entered.append(index)
+        yield
+
+    monkeypatch.setattr(launch, "_cuda_device_of", lambda args: 1)
+    monkeypatch.setattr(launch.torch.cuda, "device", device)
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    launcher((1,), (torch.empty(4), 4), 4, True, 128)
+    assert entered == [1] and len(kernel.normal) == 1
+
+
+def test_launcher_refuses_a_misdeclared_constexpr_order():
+    kernel = _FakeKernel()
+    assert not launch.Launcher(kernel, ("BLOCK", "LOG"))._layout_ok()
+    assert launch.Launcher(kernel, ("LOG", "BLOCK"))._layout_ok()
+
+
+@cuda_only
+def test_gpu_second_call_takes_the_prebound_path():
+    from dsls.triton.kernels import softmax
+
+    x = make(8, 64, requires_grad=False)
+    with pn.triton.disabled():
+        ref = torch.softmax(x, -1)
+    torch.testing.assert_close(torch.softmax(x, -1), ref)
+    assert softmax._FWD._compiled, "the first launch should have kept its compiled kernel"
+    y = torch.softmax(x.clone(), -1)
+    torch.testing.assert_close(y, ref)
