@@ -334,7 +334,7 @@ def geometric_mean_line(rows: Sequence[Row]) -> str:
 
 
 def plot(rows: Sequence[Row], path: str) -> None:
-    """One subplot per op: speedup over aten against problem size, one line per (mode, dtype)."""
+    """One subplot per op: speedup over aten against element count (log scale), one line per (mode, dtype)."""
     try:
         import matplotlib
 
@@ -349,10 +349,16 @@ def plot(rows: Sequence[Row], path: str) -> None:
         for r in rows:
             if r.op == op:
                 series.setdefault(f"{r.mode} {r.dtype}", []).append(r)
+        ticks: dict[int, str] = {}
         for name, points in sorted(series.items()):
             points.sort(key=lambda r: math.prod(r.shape))
-            ax.plot(range(len(points)), [r.speedup for r in points], marker="o", label=name)
-            ax.set_xticks(range(len(points)), ["x".join(map(str, r.shape)) for r in points], fontsize=7, rotation=20)
+            ax.plot([math.prod(r.shape) for r in points], [r.speedup for r in points], marker="o", label=name)
+            for r in points:
+                ticks.setdefault(math.prod(r.shape), "x".join(map(str, r.shape)))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(ticks), list(ticks.values()), fontsize=7, rotation=20)
+        ax.minorticks_off()
+        ax.set_xlabel("shape (log scale of elements)")
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_title(op)
         ax.set_ylabel("speedup vs aten")

@@ -239,7 +239,12 @@ def suspended() -> Iterator[None]:
 
 
 def describe() -> dict[str, Any]:
-    """Which tables are in force, for the status report: ``{"source", "tables": [...]}``."""
+    """Which tables are loaded and which one applies here, for the status report.
+
+    ``{"source", "tables": [{"device", "path", "rows", "torch", "triton", "date"}], "device", "in_force"}``:
+    ``device`` is this process's device key (None while CUDA is not initialised: it is not
+    initialised for a report), ``in_force`` the path of the table for it (None: uncalibrated).
+    """
     configured = os.environ.get(ENV_VAR, "").strip()
     info: dict[str, Any] = {"source": f"{ENV_VAR}={configured}" if configured else "packaged", "tables": []}
     try:
@@ -248,4 +253,20 @@ def describe() -> dict[str, Any]:
         info["error"] = str(e)
         return info
     info["tables"] = [{"device": device, **meta} for device, meta in sorted(_sources.items())]
+    running = _running_device_key()
+    info["device"] = running
+    info["in_force"] = None if running is None else _sources.get(running, {}).get("path")
     return info
+
+
+def _running_device_key() -> str | None:
+    """This process's device key where knowing it costs nothing (no CUDA initialisation)."""
+    from python_native import env
+
+    if env.triton_interpret():
+        return device_key("cpu")
+    import torch
+
+    if torch.cuda.is_initialized():
+        return device_key(torch.device("cuda", torch.cuda.current_device()))
+    return None
