@@ -98,7 +98,8 @@ _GRID = [
 
 
 def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None) -> list[Case]:
-    """The rows to measure: the grid per dtype, then the named LLM shapes (bf16 unless stated)."""
+    """The rows to measure: the grid per dtype, then the named LLM shapes (bf16 unless stated) whose
+    dtype is among ``dtypes``."""
     wanted = set(ops or OPS)
     out: list[Case] = []
     for dtype in dtypes:
@@ -111,7 +112,7 @@ def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None 
         for op, mode, shape, dtype_name in _EXTRA:
             dtype = getattr(torch, dtype_name or "bfloat16")
             case = Case(op, mode, shape, dtype)
-            if op in wanted and case not in out:
+            if op in wanted and dtype in dtypes and case not in out:
                 out.append(case)
     return out
 
@@ -168,7 +169,8 @@ def _liger(op: str) -> Callable[[Inputs], torch.Tensor] | None:
         if op == "rms_norm":
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-            return lambda i: LigerRMSNormFunction.apply(i.x, i.w, 1e-6)
+            # offset 0, Llama casting, not in place (in place would overwrite dy between runs).
+            return lambda i: LigerRMSNormFunction.apply(i.x, i.w, 1e-6, 0.0, "llama", False)
         if op == "layer_norm":
             from liger_kernel.ops.layer_norm import LigerLayerNormFunction
 

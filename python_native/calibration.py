@@ -37,7 +37,7 @@ PACKAGED_DIR = Path(__file__).with_name("calibration_tables")
 # device key -> {(op, dtype name) -> tuple of MAX_BUCKET + 1 verdicts}; None until first loaded.
 _tables: dict[str, dict[tuple[str, str], tuple[bool, ...]]] | None = None
 _sources: dict[str, dict[str, Any]] = {}  # device key -> {"path", "rows", "torch", "triton", "date"}
-_device_keys: dict[tuple[str, int | None], str] = {}
+_device_keys: dict[Any, str] = {}  # torch.device -> device key
 _device_key_fn: Callable[[Any], str] | None = None
 _lock = threading.Lock()
 _suspended = False  # True while `bench --calibrate` measures: every gate lets the override run
@@ -140,12 +140,11 @@ def set_device_key_fn(fn: Callable[[Any], str] | None) -> None:
 
 
 def device_key(device: Any) -> str:
-    """``"<name>/sm<cc>"`` for a CUDA device, ``"cpu"`` otherwise; cached per (type, index)."""
+    """``"<name>/sm<cc>"`` for a CUDA device, ``"cpu"`` otherwise; cached per device."""
     import torch
 
     device = torch.device(device)
-    cache_key = (device.type, device.index)
-    key = _device_keys.get(cache_key)
+    key = _device_keys.get(device)
     if key is None:
         if _device_key_fn is not None:
             key = _device_key_fn(device)
@@ -154,7 +153,7 @@ def device_key(device: Any) -> str:
             key = f"{torch.cuda.get_device_name(device)}/sm{major}{minor}"
         else:
             key = device.type
-        _device_keys[cache_key] = key
+        _device_keys[device] = key
     return key
 
 
@@ -194,30 +193,29 @@ def never_wins(op: str) -> bool:
     return True
 
 
-def _first_tensor(args: tuple) -> Any:
+def gated(op: str, cond: Callable[..., bool]) -> Callable[..., bool]:
+    """``cond`` that also declines where the device's table says the override loses to aten.
+
+    Per call, after the cond accepts: a type scan for the first tensor argument, two dict reads
+    (dtype name, device key) and the table lookup.
+    """
     import torch
 
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            return arg
-    return None
-
-
-def gated(op: str, cond: Callable[..., bool]) -> Callable[..., bool]:
-    """``cond`` that also declines where the device's table says the override loses to aten."""
+    tensor_type = torch.Tensor
     dtype_names: dict[Any, str] = {}
 
     def calibrated_cond(*args: Any, **kwargs: Any) -> bool:
         if not cond(*args, **kwargs):
             return False
-        t = _first_tensor(args)
+        t = next((a for a in args if isinstance(a, tensor_type)), None)
         if t is None:
             return True
         dtype = dtype_names.get(t.dtype)
         if dtype is None:
             dtype = dtype_names.setdefault(t.dtype, str(t.dtype).removeprefix("torch."))
+        device = _device_keys.get(t.device) or device_key(t.device)
         try:
-            verdict = wins(op, dtype, size_bucket(t.numel()), device_key(t.device))
+            verdict = wins(op, dtype, size_bucket(t.numel()), device)
         except (OSError, ValueError):  # an unreadable table must not break the op: behave as uncalibrated
             return True
         return verdict is not False
