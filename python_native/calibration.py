@@ -130,13 +130,15 @@ def reset() -> None:
         _tables = None
         _sources.clear()
         _device_keys.clear()
+        for cache in _gate_caches:
+            cache.clear()
 
 
 def set_device_key_fn(fn: Callable[[Any], str] | None) -> None:
     """Replace how a tensor's device key is computed (tests inject fake devices); None restores."""
     global _device_key_fn
     _device_key_fn = fn
-    _device_keys.clear()
+    reset()
 
 
 def device_key(device: Any) -> str:
@@ -162,9 +164,12 @@ def size_bucket(numel: int) -> int:
     return min(int(numel).bit_length(), MAX_BUCKET)
 
 
-def wins(op: str, dtype: str, bucket: int, device: str) -> bool | None:
-    """Whether the override beat aten for (op, dtype, bucket) on ``device`` (a device key); None if uncalibrated."""
-    if _suspended:
+def wins(op: str, dtype: str, bucket: int, device: str | None = None) -> bool | None:
+    """Whether the override beat aten for (op, dtype, bucket) on ``device`` (a device key; default:
+    this process's device where known without initialising CUDA); None if uncalibrated."""
+    if device is None:
+        device = _running_device_key()
+    if _suspended or device is None:
         return None
     verdicts = _ensure_loaded().get(device, {}).get((op, dtype))
     return None if verdicts is None else verdicts[min(max(bucket, 0), MAX_BUCKET)]
@@ -193,32 +198,47 @@ def never_wins(op: str) -> bool:
     return True
 
 
+_UNRESOLVED = object()
+_gate_caches: list[dict] = []  # every gate's resolved verdicts, emptied by reset()
+
+
+def _resolve(op: str, t: Any) -> tuple[bool, ...] | None:
+    """The per-bucket verdicts of ``op`` for ``t``'s device and dtype; None where uncalibrated."""
+    try:
+        tables = _ensure_loaded()
+    except (OSError, ValueError):  # an unreadable table must not break the op: behave as uncalibrated
+        return None
+    return tables.get(device_key(t.device), {}).get((op, str(t.dtype).removeprefix("torch.")))
+
+
 def gated(op: str, cond: Callable[..., bool]) -> Callable[..., bool]:
     """``cond`` that also declines where the device's table says the override loses to aten.
 
-    Per call, after the cond accepts: a type scan for the first tensor argument, two dict reads
-    (dtype name, device key) and the table lookup.
+    Per call, after the cond accepts: two dict reads (dtype, then device index) that hold the op's
+    verdicts for that dtype and device once resolved, and a tuple index by size bucket.
     """
     import torch
 
     tensor_type = torch.Tensor
-    dtype_names: dict[Any, str] = {}
+    resolved: dict[Any, dict[int, Any]] = {}  # dtype -> device index (-1: CPU) -> verdicts
+    _gate_caches.append(resolved)
 
     def calibrated_cond(*args: Any, **kwargs: Any) -> bool:
         if not cond(*args, **kwargs):
             return False
-        t = next((a for a in args if isinstance(a, tensor_type)), None)
-        if t is None:
+        t = args[0] if args and isinstance(args[0], tensor_type) else next(
+            (a for a in args if isinstance(a, tensor_type)), None
+        )
+        if t is None or _suspended:
             return True
-        dtype = dtype_names.get(t.dtype)
-        if dtype is None:
-            dtype = dtype_names.setdefault(t.dtype, str(t.dtype).removeprefix("torch."))
-        device = _device_keys.get(t.device) or device_key(t.device)
-        try:
-            verdict = wins(op, dtype, size_bucket(t.numel()), device)
-        except (OSError, ValueError):  # an unreadable table must not break the op: behave as uncalibrated
-            return True
-        return verdict is not False
+        by_device = resolved.get(t.dtype)
+        if by_device is None:
+            by_device = resolved.setdefault(t.dtype, {})
+        index = t.get_device()
+        verdicts = by_device.get(index, _UNRESOLVED)
+        if verdicts is _UNRESOLVED:
+            verdicts = by_device[index] = _resolve(op, t)
+        return True if verdicts is None else verdicts[min(t.numel().bit_length(), MAX_BUCKET)]
 
     calibrated_cond.__name__ = f"calibrated_{getattr(cond, '__name__', 'cond')}"
     calibrated_cond.__wrapped__ = cond  # type: ignore[attr-defined]

@@ -67,6 +67,7 @@ def test_lookup_per_op_dtype_bucket_with_nearest_bucket_fill(use_table):
     assert calibration.wins("_softmax", "bfloat16", 9, device) is None  # dtype not calibrated
     assert calibration.wins("_log_softmax", "float32", 9, device) is None  # op not calibrated
     assert calibration.wins("_softmax", "float32", 9, "Other GPU/sm80") is None  # device not calibrated
+    assert calibration.wins("_softmax", "float32", 11) is False  # default: this process's device (interpreter)
 
 
 def test_gate_declines_only_where_the_table_says_the_override_loses(use_table):
