@@ -66,7 +66,15 @@ def test_bad_arguments_are_named(capsys):
     assert "'matmul'" in capsys.readouterr().err
 
 
+def test_help_lists_every_op(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert ", ".join(bench.OPS) in " ".join(capsys.readouterr().out.split())
+
+
 def test_calibrate_refuses_the_interpreter_unless_allowed(tmp_path, capsys):
+    assert main(["bench", "--calibrate", "--allow-interpreter", "--threshold", "0"]) == 2
+    assert "--threshold 0.0" in capsys.readouterr().err
     assert main(["bench", "--calibrate", "--quick", "--output", str(tmp_path / "t.json")]) == 2
     assert "--allow-interpreter" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()

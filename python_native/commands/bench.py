@@ -12,11 +12,11 @@ HELP = "benchmark the overrides against aten on this device, or write a calibrat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from python_native.bench import OPS
-
+    # No import of python_native.bench here: building the CLI parser must stay cheap for the status report.
     parser.add_argument("--quick", action="store_true", help="tiny shapes (what the Triton interpreter can run)")
     parser.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default: %(default)s)")
-    parser.add_argument("--ops", default=None, help=f"comma-separated subset of: {', '.join(OPS)}")
+    parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
+                        "gelu_tanh, bmm_outer")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--plot", metavar="PNG", default=None, help="write speedup-vs-shape plots (needs matplotlib)")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column (default on GPU)")
@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:
     from python_native import bench
 
+    if not args.threshold > 0:
+        return _fail(f"--threshold {args.threshold}: must be a positive aten/override time ratio (e.g. 1.0)")
     if device != "cuda" and not args.allow_interpreter:
         return _fail("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
                      "it through Triton's interpreter; its table says nothing about speed)")
