@@ -11,7 +11,7 @@ key of a CUDA tensor is asked of torch the first time a gated cond sees that dev
 initialised by then, since the tensor lives there).
 
 Size bucket: ``numel.bit_length()`` of the op's first tensor argument, i.e. ``floor(log2(numel)) + 1``
-(0 for empty tensors). It costs one attribute read, and norms/softmaxes/activations are bandwidth
+(0 for empty tensors). It costs a numel() call and an int bit_length, and norms/softmaxes/activations are bandwidth
 bound, so their cost follows the element count. Buckets outside the calibrated range take the
 verdict of the nearest calibrated bucket of the same (op, dtype).
 
