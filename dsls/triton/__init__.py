@@ -86,15 +86,24 @@ def register_overrides() -> list:
     if interpret_mode():
         # Triton reads this when it is first imported, which happens at the first kernel call.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from python_native import register_op_override
+    from python_native import calibration, register_op_override
 
     from .ops import all_overrides
 
     key = dispatch_key()
+    # Calibrated gates only where a table exists: without one each cond is bound as is (zero cost).
+    calibrated = calibration.any_tables()
     handles = []
     for spec in all_overrides():
+        cond = spec.cond
+        if calibrated:
+            if calibration.never_wins(spec.op):
+                logging.getLogger("python_native").info("python_native: %s left out: slower than aten on every "
+                                                        "calibrated device", spec.op)
+                continue
+            cond = calibration.gated(spec.op, cond)
         try:
-            handles.append(register_op_override(NAME, "aten", spec.op, key, spec.cond, spec.impl, **spec.options))
+            handles.append(register_op_override(NAME, "aten", spec.op, key, cond, spec.impl, **spec.options))
         except Exception:  # one op that cannot be installed here must not cost the others
             logging.getLogger("python_native").exception("python_native: triton override of %s not installed", spec.op)
     return handles

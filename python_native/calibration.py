@@ -1,0 +1,290 @@
+"""Calibration tables: where, on a given GPU, an override measured slower than aten.
+
+``python -m python_native bench --calibrate`` times every override against aten per
+(op, dtype, size bucket) on the running device and writes a JSON table. Tables shipped with the
+package live in ``python_native/calibration_tables/``; ``PYTHON_NATIVE_CALIBRATION`` names a table
+file (or a folder of them) to use instead.
+
+A table is keyed by device (``"<torch.cuda.get_device_name>/sm<major><minor>"``, or ``"cpu"`` for
+Triton's interpreter). Nothing is read at import: the files are parsed on first use, and the device
+key of a CUDA tensor is asked of torch the first time a gated cond sees that device index (CUDA is
+initialised by then, since the tensor lives there).
+
+Size bucket: ``numel.bit_length()`` of the op's first tensor argument, i.e. ``floor(log2(numel)) + 1``
+(0 for empty tensors). It costs a numel() call and an int bit_length, and norms/softmaxes/activations are bandwidth
+bound, so their cost follows the element count. Buckets outside the calibrated range take the
+verdict of the nearest calibrated bucket of the same (op, dtype).
+
+``wins(op, dtype, bucket)`` answers ``True``/``False`` from the table in force for the device, or
+``None`` where nothing was calibrated (the override's own cond decides, as without a table).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ENV_VAR = "PYTHON_NATIVE_CALIBRATION"
+FORMAT = 1
+MAX_BUCKET = 64
+PACKAGED_DIR = Path(__file__).with_name("calibration_tables")
+
+# device key -> {(op, dtype name) -> tuple of MAX_BUCKET + 1 verdicts}; None until first loaded.
+_tables: dict[str, dict[tuple[str, str], tuple[bool, ...]]] | None = None
+_sources: dict[str, dict[str, Any]] = {}  # device key -> {"path", "rows", "torch", "triton", "date"}
+_device_keys: dict[Any, str] = {}  # torch.device -> device key
+_device_key_fn: Callable[[Any], str] | None = None
+_lock = threading.Lock()
+_suspended = False  # True while `bench --calibrate` measures: every gate lets the override run
+
+
+def table_paths() -> list[Path]:
+    """The table files in force: the ``PYTHON_NATIVE_CALIBRATION`` file/folder, else the packaged ones."""
+    configured = os.environ.get(ENV_VAR, "").strip()
+    if configured:
+        path = Path(configured).expanduser()
+        if path.is_dir():
+            return sorted(path.glob("*.json"))
+        if not path.is_file():
+            raise FileNotFoundError(f"{ENV_VAR}={configured!r}: no such calibration table file or folder")
+        return [path]
+    return sorted(PACKAGED_DIR.glob("*.json")) if PACKAGED_DIR.is_dir() else []
+
+
+def any_tables() -> bool:
+    """Whether any table is in force (a directory listing, no parsing): gates are bound only then."""
+    try:
+        return bool(table_paths())
+    except FileNotFoundError:
+        return False
+
+
+def validate(table: dict[str, Any], source: str = "table") -> None:
+    """Raise ``ValueError`` naming what is wrong with a table read from ``source``."""
+    if not isinstance(table, dict) or table.get("format") != FORMAT:
+        raise ValueError(f"{source}: not a calibration table of format {FORMAT} (got format {table.get('format')!r})")
+    if not isinstance(table.get("device"), str) or not table["device"]:
+        raise ValueError(f"{source}: 'device' must be a non-empty string, got {table.get('device')!r}")
+    rows = table.get("rows")
+    if not isinstance(rows, list):
+        raise ValueError(f"{source}: 'rows' must be a list, got {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        missing = {"op", "dtype", "bucket", "wins"} - set(row) if isinstance(row, dict) else {"row"}
+        if missing:
+            raise ValueError(f"{source}: row {i} lacks {sorted(missing)}")
+        if not isinstance(row["bucket"], int) or not 0 <= row["bucket"] <= MAX_BUCKET:
+            raise ValueError(f"{source}: row {i} bucket {row['bucket']!r} is not an int in 0..{MAX_BUCKET}")
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[bool, ...]]:
+    """Per (op, dtype), one verdict per bucket 0..MAX_BUCKET filled from the nearest calibrated bucket."""
+    by_key: dict[tuple[str, str], dict[int, bool]] = {}
+    for row in rows:
+        bucket_wins = by_key.setdefault((row["op"], row["dtype"]), {})
+        # Several shapes in one bucket: the override wins there only if it won for all of them.
+        bucket_wins[row["bucket"]] = bucket_wins.get(row["bucket"], True) and bool(row["wins"])
+    out = {}
+    for key, measured in by_key.items():
+        known = sorted(measured)
+        out[key] = tuple(measured[min(known, key=lambda b, i=i: (abs(b - i), b))] for i in range(MAX_BUCKET + 1))
+    return out
+
+
+def load(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate one table file."""
+    with open(path) as f:
+        table = json.load(f)
+    validate(table, str(path))
+    return table
+
+
+def _ensure_loaded() -> dict[str, dict[tuple[str, str], tuple[bool, ...]]]:
+    global _tables
+    tables = _tables
+    if tables is not None:
+        return tables
+    with _lock:
+        if _tables is None:
+            loaded: dict[str, dict[tuple[str, str], tuple[bool, ...]]] = {}
+            for path in table_paths():
+                table = load(path)
+                loaded[table["device"]] = _verdicts(table["rows"])
+                _sources[table["device"]] = {
+                    "path": str(path),
+                    "rows": len(table["rows"]),
+                    **{k: table.get(k) for k in ("torch", "triton", "date")},
+                }
+            _tables = loaded
+        return _tables
+
+
+def reset() -> None:
+    """Forget loaded tables and device keys (after changing ``PYTHON_NATIVE_CALIBRATION``; tests)."""
+    global _tables
+    with _lock:
+        _tables = None
+        _sources.clear()
+        _device_keys.clear()
+        for cache in _gate_caches:
+            cache.clear()
+
+
+def set_device_key_fn(fn: Callable[[Any], str] | None) -> None:
+    """Replace how a tensor's device key is computed (tests inject fake devices); None restores."""
+    global _device_key_fn
+    _device_key_fn = fn
+    reset()
+
+
+def device_key(device: Any) -> str:
+    """``"<name>/sm<cc>"`` for a CUDA device, ``"cpu"`` otherwise; cached per device."""
+    import torch
+
+    device = torch.device(device)
+    key = _device_keys.get(device)
+    if key is None:
+        if _device_key_fn is not None:
+            key = _device_key_fn(device)
+        elif device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(device)
+            key = f"{torch.cuda.get_device_name(device)}/sm{major}{minor}"
+        else:
+            key = device.type
+        _device_keys[device] = key
+    return key
+
+
+def size_bucket(numel: int) -> int:
+    """The size bucket of a problem of ``numel`` elements: ``floor(log2(numel)) + 1``, capped."""
+    return min(int(numel).bit_length(), MAX_BUCKET)
+
+
+def wins(op: str, dtype: str, bucket: int, device: str | None = None) -> bool | None:
+    """Whether the override beat aten for (op, dtype, bucket) on ``device`` (a device key; default:
+    this process's device where known without initialising CUDA); None if uncalibrated."""
+    if device is None:
+        device = _running_device_key()
+    if _suspended or device is None:
+        return None
+    verdicts = _ensure_loaded().get(device, {}).get((op, dtype))
+    return None if verdicts is None else verdicts[min(max(bucket, 0), MAX_BUCKET)]
+
+
+def never_wins(op: str) -> bool:
+    """True when every table in force has rows for ``op`` and none of them ever wins.
+
+    Used at registration, where the device is not known without initialising CUDA: an op is left
+    out only when it loses on every calibrated device, so an uncalibrated device keeps it whenever
+    any table says it can win. Only applied when ``PYTHON_NATIVE_CALIBRATION`` names the tables
+    (a user calibrating their own GPU); packaged tables cover other devices than the user's.
+    """
+    if not os.environ.get(ENV_VAR, "").strip():
+        return False
+    try:
+        tables = _ensure_loaded()
+    except (OSError, ValueError):
+        return False
+    if not tables:
+        return False
+    for verdicts in tables.values():
+        rows = [v for (o, _), v in verdicts.items() if o == op]
+        if not rows or any(any(v) for v in rows):
+            return False
+    return True
+
+
+_UNRESOLVED = object()
+_gate_caches: list[dict] = []  # every gate's resolved verdicts, emptied by reset()
+
+
+def _resolve(op: str, t: Any) -> tuple[bool, ...] | None:
+    """The per-bucket verdicts of ``op`` for ``t``'s device and dtype; None where uncalibrated."""
+    try:
+        tables = _ensure_loaded()
+    except (OSError, ValueError):  # an unreadable table must not break the op: behave as uncalibrated
+        return None
+    return tables.get(device_key(t.device), {}).get((op, str(t.dtype).removeprefix("torch.")))
+
+
+def gated(op: str, cond: Callable[..., bool]) -> Callable[..., bool]:
+    """``cond`` that also declines where the device's table says the override loses to aten.
+
+    Per call, after the cond accepts: two dict reads (dtype, then device index) that hold the op's
+    verdicts for that dtype and device once resolved, and a tuple index by size bucket.
+    """
+    import torch
+
+    tensor_type = torch.Tensor
+    resolved: dict[Any, dict[int, Any]] = {}  # dtype -> device index (-1: CPU) -> verdicts
+    _gate_caches.append(resolved)
+
+    def calibrated_cond(*args: Any, **kwargs: Any) -> bool:
+        if not cond(*args, **kwargs):
+            return False
+        t = args[0] if args and isinstance(args[0], tensor_type) else next(
+            (a for a in args if isinstance(a, tensor_type)), None
+        )
+        if t is None or _suspended:
+            return True
+        by_device = resolved.get(t.dtype)
+        if by_device is None:
+            by_device = resolved.setdefault(t.dtype, {})
+        index = t.get_device()
+        verdicts = by_device.get(index, _UNRESOLVED)
+        if verdicts is _UNRESOLVED:
+            verdicts = by_device[index] = _resolve(op, t)
+        return True if verdicts is None else verdicts[min(t.numel().bit_length(), MAX_BUCKET)]
+
+    calibrated_cond.__name__ = f"calibrated_{getattr(cond, '__name__', 'cond')}"
+    calibrated_cond.__wrapped__ = cond  # type: ignore[attr-defined]
+    return calibrated_cond
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Gates answer "uncalibrated" inside: calibration measures overrides the current table turns off."""
+    global _suspended
+    previous, _suspended = _suspended, True
+    try:
+        yield
+    finally:
+        _suspended = previous
+
+
+def describe() -> dict[str, Any]:
+    """Which tables are loaded and which one applies here, for the status report.
+
+    ``{"source", "tables": [{"device", "path", "rows", "torch", "triton", "date"}], "device", "in_force"}``:
+    ``device`` is this process's device key (None while CUDA is not initialised: it is not
+    initialised for a report), ``in_force`` the path of the table for it (None: uncalibrated).
+    """
+    configured = os.environ.get(ENV_VAR, "").strip()
+    info: dict[str, Any] = {"source": f"{ENV_VAR}={configured}" if configured else "packaged", "tables": []}
+    try:
+        _ensure_loaded()
+    except (OSError, ValueError) as e:
+        info["error"] = str(e)
+        return info
+    info["tables"] = [{"device": device, **meta} for device, meta in sorted(_sources.items())]
+    running = _running_device_key()
+    info["device"] = running
+    info["in_force"] = None if running is None else _sources.get(running, {}).get("path")
+    return info
+
+
+def _running_device_key() -> str | None:
+    """This process's device key where knowing it costs nothing (no CUDA initialisation)."""
+    from python_native import env
+
+    if env.triton_interpret():
+        return device_key("cpu")
+    import torch
+
+    if torch.cuda.is_initialized():
+        return device_key(torch.device("cuda", torch.cuda.current_device()))
+    return None

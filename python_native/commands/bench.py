@@ -1,0 +1,111 @@
+"""``python -m python_native bench``: overrides against aten (and Inductor, Liger, QuACK) on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+HELP = "benchmark the overrides against aten on this device, or write a calibration table (--calibrate)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # No import of python_native.bench here: building the CLI parser must stay cheap for the status report.
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (what the Triton interpreter can run)")
+    parser.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default: %(default)s)")
+    parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
+                        "gelu_tanh, bmm_outer")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    parser.add_argument("--plot", metavar="PNG", default=None, help="write speedup-vs-shape plots (needs matplotlib)")
+    parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column (default on GPU)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="time each overridden aten op against aten per dtype and size bucket; write a table")
+    parser.add_argument("--output", default=None, help="where --calibrate writes its table (default: ./<device>.json)")
+    parser.add_argument("--threshold", type=float, default=1.0,
+                        help="--calibrate: minimum aten/override time ratio for the override to stay on")
+    parser.add_argument("--allow-interpreter", action="store_true",
+                        help="--calibrate without a GPU, through Triton's interpreter (for testing only)")
+
+
+def _fail(message: str) -> int:
+    print(f"python -m python_native bench: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from python_native import bench
+
+    try:
+        dtypes = bench.parse_dtypes(args.dtypes)
+        ops = bench.parse_ops(args.ops)
+        device = bench.pick_device(args.quick or args.calibrate)
+    except (ValueError, RuntimeError) as e:
+        return _fail(str(e))
+    if device == "cpu":
+        import torch
+
+        torch.set_num_threads(1)  # tiny interpreter shapes: a thread pool only adds contention noise
+    if args.calibrate:
+        return _calibrate(args, device, dtypes, ops)
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return _fail("--plot needs matplotlib (pip install matplotlib)")
+    env = bench.environment(device)
+    bandwidth = None
+    if device == "cuda":
+        bandwidth = bench.copy_bandwidth(device, bench.gpu_timer())
+        env["copy_bandwidth_gbps"] = round(bandwidth / 1e9, 1)
+    if not args.json:
+        bw = f"; copy bandwidth {env['copy_bandwidth_gbps']} GB/s" if bandwidth else ""
+        print(f"device {env['device_name']}; torch {env['torch']}; triton {env['triton']}{bw}")
+        print(bench.HEADER)
+    cases = bench.cases(dtypes, args.quick, ops)
+    inductor = device == "cuda" and not args.no_inductor
+    rows = bench.run_rows(cases, device, inductor, None if args.json else lambda r: print(bench.format_row(r), flush=True),
+                          bandwidth)
+    if args.json:
+        print(json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
+    else:
+        print(bench.geometric_mean_line(rows))
+    if args.plot:
+        bench.plot(rows, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:
+    from python_native import bench
+
+    if not args.threshold > 0:
+        return _fail(f"--threshold {args.threshold}: must be a positive aten/override time ratio (e.g. 1.0)")
+    if device != "cuda" and not args.allow_interpreter:
+        return _fail("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
+                     "it through Triton's interpreter; its table says nothing about speed)")
+    if ops:  # --ops names torch-level functions; calibrate the aten ops behind them
+        symbols = {
+            "rms_norm": ["_fused_rms_norm", "_fused_rms_norm_backward"],
+            "layer_norm": ["native_layer_norm", "native_layer_norm_backward"],
+            "softmax": ["_softmax", "_softmax_backward_data"],
+            "log_softmax": ["_log_softmax", "_log_softmax_backward_data"],
+            "silu": ["silu", "silu_backward"], "gelu": ["gelu", "gelu_backward"],
+            "gelu_tanh": ["gelu", "gelu_backward"], "bmm_outer": ["bmm"],
+        }
+        ops = [symbol for op in ops for symbol in symbols[op]]
+
+    def progress(row: dict) -> None:
+        print(f"{row['op']:<28} {row['dtype']:<9} bucket {row['bucket']:>2} {'x'.join(map(str, row['shape'])):>12} "
+              f"{row['override_ms']:10.4f} {row['aten_ms']:10.4f} {row['speedup']:6.2f}x "
+              f"{'wins' if row['wins'] else 'loses'}", file=sys.stderr, flush=True)
+
+    table = bench.calibrate(device, dtypes, args.quick, ops, args.threshold, progress)
+    path = Path(args.output or bench.table_filename(table["device"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    losing = sum(not r["wins"] for r in table["rows"])
+    print(f"calibration table for {table['device']!r} written to {path}: {len(table['rows'])} rows, "
+          f"{losing} where aten is faster; use it with PYTHON_NATIVE_CALIBRATION={path}")
+    return 0

@@ -1,0 +1,97 @@
+"""``python -m python_native bench``: rows, plot and calibration table, end to end (tiny shapes, interpreter)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import python_native as pn  # noqa: F401  (first: registers the backends)
+
+# isort: split
+import dsls.triton as backend
+from python_native import bench, calibration
+from python_native.__main__ import main
+
+pytestmark = pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
+
+ROW_FIELDS = {"op", "mode", "shape", "dtype", "fired", "override_ms", "aten_ms", "speedup", "bytes",
+              "bandwidth_fraction", "inductor_ms", "liger_ms", "quack_ms", "notes"}
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_quick_json_rows(capsys):
+    assert main(["bench", "--quick", "--json", "--dtypes", "float32", "--ops", "softmax"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["environment"]["torch"] == torch.__version__
+    rows = report["rows"]
+    assert [(r["op"], r["mode"], r["shape"]) for r in rows] == [
+        ("softmax", "fwd", [4, 64]), ("softmax", "fwd+bwd", [4, 64]),
+        ("softmax", "fwd", [7, 100]), ("softmax", "fwd+bwd", [7, 100]),
+    ]
+    for row in rows:
+        assert set(row) == ROW_FIELDS
+        assert row["fired"] is True and row["dtype"] == "float32"
+        assert row["override_ms"] > 0 and row["aten_ms"] > 0
+        assert row["speedup"] == pytest.approx(row["aten_ms"] / row["override_ms"])
+        assert row["inductor_ms"] is None  # no Inductor column on the interpreter
+    assert rows[0]["bytes"] == 2 * 4 * 64 * 4 and rows[1]["bytes"] == 5 * 4 * 64 * 4
+
+
+def test_table_output_marks_missing_columns(capsys):
+    assert main(["bench", "--quick", "--dtypes", "float32", "--ops", "silu"]) == 0
+    out = capsys.readouterr().out
+    assert "silu fwd+bwd 4x64" in out and bench.MISSING in out
+    assert "geometric-mean speedup where an override fired" in out
+
+
+def test_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "speedup.png"
+    assert main(["bench", "--quick", "--dtypes", "float32", "--ops", "silu", "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments_are_named(capsys):
+    assert main(["bench", "--quick", "--dtypes", "float64"]) == 2
+    assert "'float64'" in capsys.readouterr().err
+    assert main(["bench", "--quick", "--ops", "matmul"]) == 2
+    assert "'matmul'" in capsys.readouterr().err
+
+
+def test_help_lists_every_op(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert ", ".join(bench.OPS) in " ".join(capsys.readouterr().out.split())
+
+
+def test_calibrate_refuses_the_interpreter_unless_allowed(tmp_path, capsys):
+    assert main(["bench", "--calibrate", "--allow-interpreter", "--threshold", "0"]) == 2
+    assert "--threshold 0.0" in capsys.readouterr().err
+    assert main(["bench", "--calibrate", "--quick", "--output", str(tmp_path / "t.json")]) == 2
+    assert "--allow-interpreter" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_calibrate_writes_a_valid_table(tmp_path, capsys):
+    path = tmp_path / "table.json"
+    args = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "softmax"]
+    assert main([*args, "--output", str(path)]) == 0
+    table = calibration.load(path)
+    assert table["device"] == "cpu" and table["torch"] == torch.__version__
+    assert {r["op"] for r in table["rows"]} == {"_softmax", "_softmax_backward_data"}
+    assert {r["bucket"] for r in table["rows"]} == {9, 11}  # 256 and 1024 elements
+    for row in table["rows"]:
+        assert row["wins"] == (row["speedup"] >= 1.0)
+    assert str(path) in capsys.readouterr().out
+
+
+def test_table_filename():
+    assert bench.table_filename("NVIDIA H100 80GB HBM3/sm90") == "nvidia_h100_80gb_hbm3_sm90.json"

@@ -1,0 +1,188 @@
+"""Calibration tables: loading, lookup, the gate around conds, and the gate in the real dispatcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import python_native as pn  # noqa: F401  (first: registers the backends)
+
+# isort: split
+import dsls.triton as backend
+from python_native import calibration
+
+FAKE_DEVICE = "Fake GPU 80GB/sm99"
+
+
+def table(device: str = FAKE_DEVICE, rows: list | None = None) -> dict:
+    return {"format": calibration.FORMAT, "device": device, "torch": "x", "triton": "y", "date": "d", "rows": rows or [
+        {"op": "_softmax", "dtype": "float32", "bucket": 9, "wins": True},
+        {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": True},
+        {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": False},  # one shape of bucket 11 lost
+        {"op": "_softmax", "dtype": "float32", "bucket": 13, "wins": True},
+        {"op": "silu", "dtype": "float32", "bucket": 9, "wins": False},
+        {"op": "silu", "dtype": "bfloat16", "bucket": 20, "wins": False},
+    ]}
+
+
+@pytest.fixture
+def use_table(tmp_path, monkeypatch):
+    """Point PYTHON_NATIVE_CALIBRATION at a table file and make CPU tensors report ``device_key``."""
+
+    def install(content: dict, device_key: str = FAKE_DEVICE):
+        path = tmp_path / "table.json"
+        path.write_text(json.dumps(content))
+        monkeypatch.setenv(calibration.ENV_VAR, str(path))
+        calibration.reset()
+        calibration.set_device_key_fn(lambda device: device_key)
+        return path
+
+    yield install
+    calibration.set_device_key_fn(None)
+    monkeypatch.delenv(calibration.ENV_VAR, raising=False)
+    calibration.reset()
+
+
+def test_size_bucket_is_bit_length_of_numel():
+    assert [calibration.size_bucket(n) for n in (0, 1, 255, 256, 1 << 30)] == [0, 1, 8, 9, 31]
+    assert calibration.size_bucket(1 << 100) == calibration.MAX_BUCKET
+
+
+def test_lookup_per_op_dtype_bucket_with_nearest_bucket_fill(use_table):
+    use_table(table())
+    device = calibration.device_key("cpu")
+    assert device == FAKE_DEVICE
+    assert calibration.wins("_softmax", "float32", 9, device) is True
+    assert calibration.wins("_softmax", "float32", 11, device) is False  # any losing shape makes the bucket lose
+    assert calibration.wins("_softmax", "float32", 10, device) is True  # nearest calibrated: 9 (ties go low)
+    assert calibration.wins("_softmax", "float32", 12, device) is False
+    assert calibration.wins("_softmax", "float32", 40, device) is True  # beyond the range: bucket 13
+    assert calibration.wins("_softmax", "float32", 1, device) is True
+    assert calibration.wins("_softmax", "bfloat16", 9, device) is None  # dtype not calibrated
+    assert calibration.wins("_log_softmax", "float32", 9, device) is None  # op not calibrated
+    assert calibration.wins("_softmax", "float32", 9, "Other GPU/sm80") is None  # device not calibrated
+    assert calibration.wins("_softmax", "float32", 11) is False  # default: this process's device (interpreter)
+
+
+def test_gate_declines_only_where_the_table_says_the_override_loses(use_table):
+    use_table(table())
+    calls = []
+
+    def cond(x, dim, half_to_float):
+        calls.append(x.shape)
+        return dim == -1
+
+    gate = calibration.gated("_softmax", cond)
+    assert gate(torch.randn(4, 64), -1, False) is True  # 256 elements: bucket 9, wins
+    assert gate(torch.randn(16, 64), -1, False) is False  # bucket 11: loses
+    assert gate(torch.randn(16, 64), 0, False) is False  # the cond itself declines first
+    assert gate(torch.randn(16, 64, dtype=torch.float64), -1, False) is True  # uncalibrated dtype: cond decides
+    assert len(calls) == 4
+    assert gate.__wrapped__ is cond
+
+
+def test_suspended_gates_let_every_override_run(use_table):
+    use_table(table())
+    gate = calibration.gated("_softmax", lambda x, dim, h: True)
+    with calibration.suspended():
+        assert gate(torch.randn(16, 64), -1, False) is True
+    assert gate(torch.randn(16, 64), -1, False) is False
+
+
+def test_never_wins_needs_every_row_of_every_table_to_lose(use_table):
+    use_table(table())
+    assert calibration.never_wins("silu") is True
+    assert calibration.never_wins("_softmax") is False
+    assert calibration.never_wins("gelu") is False  # no rows: not calibrated, keep it
+
+
+def test_bad_tables_are_named(tmp_path, monkeypatch, use_table):
+    with pytest.raises(ValueError, match="format"):
+        calibration.validate({"format": 99, "device": "d", "rows": []}, "t.json")
+    with pytest.raises(ValueError, match="bucket 'x'"):
+        calibration.validate(table(rows=[{"op": "silu", "dtype": "float32", "bucket": "x", "wins": True}]), "t.json")
+    with pytest.raises(ValueError, match=r"lacks \['wins'\]"):
+        calibration.validate(table(rows=[{"op": "silu", "dtype": "float32", "bucket": 3}]), "t.json")
+    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path / "missing.json"))
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        calibration.table_paths()
+    assert calibration.any_tables() is False
+    assert "error" in calibration.describe()
+    # A broken table never breaks the op: the gate behaves as uncalibrated.
+    use_table({"format": 1, "device": FAKE_DEVICE, "rows": "nope"})
+    assert calibration.gated("_softmax", lambda *a: True)(torch.randn(4, 64), -1, False) is True
+
+
+def test_describe_names_the_table_in_force(use_table):
+    path = use_table(table(device="cpu"), device_key="cpu")
+    info = calibration.describe()
+    assert info["source"] == f"{calibration.ENV_VAR}={path}"
+    assert info["tables"] == [{"device": "cpu", "path": str(path), "rows": 6, "torch": "x", "triton": "y", "date": "d"}]
+    assert info["device"] == "cpu" and info["in_force"] == str(path)  # interpreter mode: the device is known
+
+
+def test_folder_of_tables(tmp_path, monkeypatch):
+    for name, device in (("a.json", "A/sm80"), ("b.json", "B/sm90")):
+        (tmp_path / name).write_text(json.dumps(table(device=device)))
+    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))
+    calibration.reset()
+    try:
+        assert [t["device"] for t in calibration.describe()["tables"]] == ["A/sm80", "B/sm90"]
+        assert calibration.wins("_softmax", "float32", 11, "B/sm90") is False
+    finally:
+        monkeypatch.delenv(calibration.ENV_VAR)
+        calibration.reset()
+
+
+def test_register_overrides_binds_plain_conds_without_tables_and_gates_with_one(tmp_path, monkeypatch, use_table):
+    recorded: dict[str, object] = {}
+
+    def record(dsl, namespace, op, key, cond, impl, **options):
+        recorded[op] = cond
+
+    monkeypatch.setattr(pn, "register_op_override", record)
+    from dsls.triton.ops import all_overrides
+
+    plain = {spec.op: spec.cond for spec in all_overrides()}
+    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))  # an empty folder: no table anywhere
+    calibration.reset()
+    backend.register_overrides()
+    assert recorded == plain  # the very same functions: no wrapper, no cost
+
+    recorded.clear()
+    use_table(table())
+    backend.register_overrides()
+    assert "silu" not in recorded  # loses everywhere it was calibrated: never installed
+    assert set(recorded) == set(plain) - {"silu"}
+    assert all(recorded[op].__wrapped__ is plain[op] for op in recorded)
+
+
+@pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
+def test_gate_in_the_real_dispatcher(tmp_path):
+    """A fresh process with a table for its device: the router falls back where the override loses."""
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(table(device="cpu")))
+    script = textwrap.dedent("""
+        import torch, python_native as pn
+        for shape in [(4, 64), (16, 64)]:
+            with pn.trace() as t:
+                y = torch.softmax(torch.randn(*shape), -1)
+            torch.testing.assert_close(y.sum(-1), torch.ones(shape[0]))
+            print(shape[0], [(e.op, e.dsl, e.outcome) for e in t.events])
+        with pn.trace() as t:
+            torch.nn.functional.silu(torch.randn(4, 64))
+        print("silu", [(e.op, e.outcome) for e in t.events])
+    """)
+    env = {**os.environ, calibration.ENV_VAR: str(path), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "4 [('_softmax', 'triton', 'override')]"  # bucket 9: the override wins
+    assert lines[1] == "16 [('_softmax', None, 'fallback')]"  # bucket 11: aten is faster, the gate declines
+    assert lines[2] == "silu []"  # never wins on this device: not even routed
