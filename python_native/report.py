@@ -11,7 +11,7 @@ import textwrap
 
 import torch
 
-from python_native import dsl_registry, env, native_bridge
+from python_native import calibration, dsl_registry, env, native_bridge
 from python_native.registry import REGISTRY
 
 LEGEND = {
@@ -82,6 +82,7 @@ def collect() -> dict:
         "torch": torch.__version__,
         "dsls": dsls,
         "overrides": overrides,
+        "calibration": calibration.describe(),
         "environment": env.current(),
         "legend": dict(LEGEND),
     }
@@ -114,6 +115,9 @@ def render(data: dict) -> str:
             f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
             + (f"  (registered through {o['origin']})" if o.get("origin") else "")
         )
+    if "calibration" in data:
+        lines += ["", "Calibration (where each override beats aten, per device)"]
+        lines += _calibration_lines(data["calibration"])
     lines += ["", "Environment switches"]
     for e in data["environment"]:
         value = "unset" if e["value"] is None else repr(e["value"])
@@ -124,6 +128,19 @@ def render(data: dict) -> str:
     lines += ["", "Legend"]
     lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)
+
+
+def _calibration_lines(info: dict) -> list[str]:
+    if info.get("error"):
+        return _wrapped(f"tables unreadable ({info['source']}): {info['error']}")
+    lines = [f"  tables from {info['source']}: {len(info['tables'])}"]
+    lines += [f"    {t['device']}: {t.get('rows', '?')} rows ({t.get('path')})" for t in info["tables"]]
+    if info["in_force"]:
+        lines.append(f"  in force here: {info['in_force']}")
+    else:
+        device = info["device"] or "not known until a kernel runs on the GPU"
+        lines += _wrapped(f"in force here: none (device {device}); every cond decides alone, as uncalibrated")
+    return lines
 
 
 def to_json(data: dict) -> str:

@@ -129,3 +129,12 @@ def test_trace_prints_its_events(overrides, x):
     assert text.startswith("Trace(50 events)") and "30 more" in text
     assert len(text.splitlines()) < 30
     assert long.table(limit=None).count(handle.name) == 50
+
+
+def test_report_says_which_calibration_table_is_in_force(tmp_path, monkeypatch):
+    from python_native import calibration, report
+
+    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))
+    data = report.collect()
+    assert data["calibration"]["source"] == f"{calibration.ENV_VAR}={tmp_path}"
+    assert "Calibration" in report.render(data) and "in force here: none" in report.render(data)
