@@ -1,0 +1,44 @@
+"""Building blocks the row kernels share: block-wide reductions over one CTA.
+
+A CTA of ``threads`` threads reduces one fp32 value per thread: a butterfly shuffle within each
+warp, one slot per warp in shared memory, then every thread sums (or maxes) the warp slots so the
+result is known CTA-wide without a second broadcast.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+WARP = 32
+
+
+@cute.jit
+def block_sum(val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constexpr) -> cutlass.Float32:
+    val = cute.arch.warp_reduction_sum(val)
+    if cute.arch.lane_idx() == 0:
+        slots[cute.arch.warp_idx()] = val
+    cute.arch.sync_threads()
+    total = slots[0]
+    for i in cutlass.range_constexpr(1, threads // WARP):
+        total = total + slots[i]
+    cute.arch.sync_threads()  # the slots are reused by the next reduction
+    return total
+
+
+@cute.jit
+def block_max(val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constexpr) -> cutlass.Float32:
+    val = cute.arch.warp_reduction_max(val)
+    if cute.arch.lane_idx() == 0:
+        slots[cute.arch.warp_idx()] = val
+    cute.arch.sync_threads()
+    best = slots[0]
+    for i in cutlass.range_constexpr(1, threads // WARP):
+        best = cute.arch.fmax(best, slots[i])
+    cute.arch.sync_threads()
+    return best
+
+
+def warp_slots(threads: int) -> cute.Tensor:
+    """Shared memory for one fp32 per warp (called inside a kernel)."""
+    return cutlass.memory.SmemAllocator().allocate_tensor(cutlass.Float32, cute.make_layout(threads // WARP))

@@ -1,0 +1,118 @@
+"""What the CuTe DSL row kernels accept, and the glue that launches them (metadata checks are FakeTensor safe).
+
+The kernels read ``n_rows x n_cols`` views with unit column stride and any row stride, so
+contiguous tensors and row slices of wider buffers run without a copy. Loops stride over each row,
+so there is no upper bound on the row length beyond 32-bit column indices; the grid has one CTA
+per row, so the row count is bounded by the grid's x limit.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import torch
+
+from dsls.cutedsl.kernels.variant import Variant
+from dsls.triton.ops._layout import Rows, as_rows, float_dtype, is_param, normalized_axis, reduced_rows
+
+__all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows"]
+
+MAX_ROWS = 2**31 - 1  # gridDim.x
+MAX_COLS = 2**31 - 1  # column indices are int32
+
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+# Size classes by row length: (name, longest row, threads per CTA). Short rows waste fewer idle
+# threads with a small CTA; long rows want more loads in flight.
+SIZE_CLASSES = (("short", 1024, 128), ("medium", 8192, 256), ("long", MAX_COLS, 512))
+
+
+def size_class(n_cols: int) -> tuple[str, int]:
+    """``(name, threads)`` of the class a row length falls in."""
+    for name, longest, threads in SIZE_CLASSES:
+        if n_cols <= longest:
+            return name, threads
+    raise ValueError(f"row length {n_cols} exceeds the CuTe DSL kernels' limit of {MAX_COLS}")
+
+
+def threads_of(name: str) -> int:
+    for cls, _, threads in SIZE_CLASSES:
+        if cls == name:
+            return threads
+    raise ValueError(f"unknown size class {name!r}; expected one of {[c for c, _, _ in SIZE_CLASSES]}")
+
+
+def on_cuda(*tensors: torch.Tensor | None) -> bool:
+    return all(t is None or t.device.type == "cuda" for t in tensors)
+
+
+def unit_rows(r: Rows | None) -> bool:
+    """A non-empty row view the kernels can read: unit column stride, sizes within their limits."""
+    return (
+        r is not None
+        and 0 < r.n_rows <= MAX_ROWS
+        and 0 < r.n_cols <= MAX_COLS
+        and (r.col_stride == 1 or r.n_cols == 1)
+        and r.row_stride >= 0
+    )
+
+
+def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int]) -> Rows | None:
+    if not float_dtype(x) or normalized_axis(x, normalized_shape) is None:
+        return None
+    rows = as_rows(x, len(normalized_shape))
+    return rows if unit_rows(rows) else None
+
+
+def fp32_stats(stat: torch.Tensor, n_rows: int) -> bool:
+    """Saved per-row statistics as the kernels read them: a dense fp32 vector."""
+    return stat.dtype == torch.float32 and stat.numel() == n_rows and stat.is_contiguous()
+
+
+def matrix(t: torch.Tensor, r: Rows) -> torch.Tensor:
+    """``t`` as the ``n_rows x n_cols`` view the kernels take (no copy)."""
+    return t.as_strided((r.n_rows, r.n_cols), (r.row_stride, 1), t.storage_offset())
+
+
+@functools.cache
+def _placeholder(device: torch.device, dtype: torch.dtype, ndim: int) -> torch.Tensor:
+    return torch.zeros((1,) * ndim, device=device, dtype=dtype)
+
+
+def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.Tensor:
+    """A tensor standing in for an absent argument the compiled variant never reads."""
+    return _placeholder(like.device, dtype, ndim)
+
+
+@functools.cache
+def _arch(index: int) -> str:
+    from dsls.cutedsl.kernels.compiler import device_arch
+
+    return device_arch(index)
+
+
+def arch(t: torch.Tensor) -> str:
+    return _arch(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def backward_ctas(t: torch.Tensor, n_rows: int) -> int:
+    """CTAs of a norm backward: a few per SM, each owning one fp32 row of parameter-gradient partials."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return max(1, min(n_rows, 2 * _sm_count(index)))
+
+
+def variant(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, *flags: str) -> Variant:
+    return Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], size_class(n_cols)[1], frozenset(flags))
+
+
+def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, like: torch.Tensor, *flags: str):
+    """The loaded program for this call's variant (compiled or read from disk on first use)."""
+    from dsls.cutedsl.kernels.compiler import function
+
+    return function(variant(kernel, dtype, out_dtype, n_cols, *flags), arch(like))
