@@ -86,14 +86,15 @@ def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.
 
 
 @functools.cache
-def _arch(index: int) -> str:
+def _arch(index: int | None) -> str:
     from dsls.cutedsl.kernels.compiler import device_arch
 
     return device_arch(index)
 
 
 def arch(t: torch.Tensor) -> str:
-    return _arch(t.device.index if t.device.index is not None else torch.cuda.current_device())
+    """The target of ``t``'s device (``$CUTE_DSL_ARCH`` wins; None is the current device)."""
+    return _arch(t.device.index)
 
 
 @functools.cache
