@@ -19,10 +19,14 @@ CASES = [
     ("norm_forward", "float32", "float32", 512, {"rms"}),
     ("norm_forward", "float16", "float16", 256, {"weight", "bias"}),
     ("norm_forward", "bfloat16", "bfloat16", 128, set()),
+    ("norm_forward", "bfloat16", "bfloat16", 256, {"rms", "weight", "vec"}),
+    ("norm_forward", "float32", "float32", 128, {"weight", "bias", "vec"}),
     ("norm_backward", "bfloat16", "bfloat16", 256, {"rms", "weight"}),
     ("norm_backward", "float32", "float32", 128, {"weight", "bias"}),
     ("softmax_forward", "float16", "float32", 512, set()),
     ("softmax_forward", "bfloat16", "bfloat16", 128, {"log"}),
+    ("softmax_forward", "float16", "float32", 128, {"log", "vec"}),
+    ("softmax_forward", "bfloat16", "bfloat16", 512, {"vec"}),
     ("softmax_backward", "float32", "float16", 256, set()),
     ("softmax_backward", "float32", "float32", 128, {"log"}),
 ]
@@ -63,6 +67,33 @@ def test_arch_reaches_the_cubin(compiler):
 
     obj = compiler.compile_to_object(Variant("softmax_backward", "float32", "float32", 128), "sm_80")
     assert embedded_cubin_sm(obj) == 80
+
+
+@pytest.mark.parametrize("kernel", ["norm_forward", "softmax_forward"])
+def test_vec_variants_move_16_bytes_per_access(compiler, kernel):
+    """The ``vec`` variants load and store bf16 rows 128 bits at a time (per-row fp32 statistics
+    stay scalar); the plain ones move one element per access."""
+    import re
+
+    from dsls.cutedsl.kernels.variant import Variant
+
+    def global_accesses(flags):
+        fn, args = compiler._program(Variant(kernel, "bfloat16", "bfloat16", 128, frozenset(flags)))
+        compiled = compiler.cute.compile(fn, *args, options="--enable-tvm-ffi --gpu-arch sm_90a --keep-ptx")
+        return set(re.findall(r"(?:ld|st)\.global[.\w]*", compiled.__ptx__))
+
+    vec = global_accesses({"vec"})
+    assert {"ld.global.v4.b32", "st.global.v4.b32"} <= vec
+    assert not any(op.endswith(("16", ".v2.b32")) for op in vec), vec
+    plain = global_accesses(set())
+    assert not any(".v4" in op for op in plain) and any(op.endswith("16") for op in plain), plain
+
+
+def test_backward_kernels_have_no_vec_variant(compiler):
+    from dsls.cutedsl.kernels.variant import Variant
+
+    with pytest.raises(ValueError, match="'norm_backward' has no vectorized variant"):
+        compiler.compile_to_object(Variant("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
 
 
 def test_unknown_kernel_is_named(compiler):

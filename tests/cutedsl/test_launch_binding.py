@@ -31,6 +31,8 @@ def x16(*shape):
 CALLS = {
     "rms_norm": lambda: rms_norm.rms_norm_impl(x16(4, 64), [64], x16(64), None),
     "rms_norm_plain": lambda: rms_norm.rms_norm_impl(x16(4, 64), [64], None, 1e-6),
+    "rms_norm_unvectorized": lambda: rms_norm.rms_norm_impl(x16(4, 33), [33], x16(33), None),
+    "softmax_unvectorized": lambda: softmax.log_softmax_impl(x16(4, 72)[:, 1:65], -1, False),
     "rms_norm_backward": lambda: rms_norm.rms_norm_backward_impl(
         x16(4, 64), x16(4, 64), [64], torch.ones(4, 1), x16(64), [True, True]
     ),
@@ -49,3 +51,16 @@ CALLS = {
 def test_impl_binds_the_compiled_signature(name):
     with pytest.raises(ValueError, match=r"argument #0 .*expected device_type=cuda"):
         CALLS[name]()
+
+
+def test_vector_flags_need_whole_aligned_chunks():
+    from dsls.cutedsl.ops._rows import as_rows, vector_flags
+
+    x = x16(4, 64)
+    assert vector_flags(as_rows(x, 1), x, x16(64)) == ("vec",)
+    assert vector_flags(as_rows(x16(4, 33), 1), x16(4, 33)) == ()  # rows not a multiple of 8 halves
+    shifted = x16(4, 72)[:, 1:65]  # base 2 bytes past alignment
+    assert vector_flags(as_rows(shifted, 1), shifted) == ()
+    wide = x16(4, 68)[:, :64]  # row stride of 68 halves: rows after the first are misaligned
+    assert vector_flags(as_rows(wide, 1), wide) == ()
+    assert vector_flags(as_rows(x16(1, 64), 1), x16(1, 64)) == ("vec",)

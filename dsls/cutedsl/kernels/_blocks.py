@@ -42,3 +42,20 @@ def block_max(val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constex
 def warp_slots(threads: int) -> cute.Tensor:
     """Shared memory for one fp32 per warp (called inside a kernel)."""
     return cutlass.memory.SmemAllocator().allocate_tensor(cutlass.Float32, cute.make_layout(threads // WARP))
+
+
+def chunks(t: cute.Tensor, row, vec: int) -> cute.Tensor:
+    """Row ``row`` of a row matrix (or the whole of a vector when ``row`` is None) as
+    ``(vec, n // vec)``: column ``c`` is the ``c``-th chunk, loaded with one ``vec``-wide access."""
+    line = t if row is None else t[row, None]
+    return cute.logical_divide(line, cute.make_layout(vec))
+
+
+def load_f32(chunk: cute.Tensor, frag: cute.Tensor):
+    """One chunk into registers, widened to fp32 (a vector of ``vec`` values)."""
+    cute.autovec_copy(chunk, frag)
+    return frag.load().to(cutlass.Float32)
+
+
+def fragment(vec: int, dtype) -> cute.Tensor:
+    return cute.make_rmem_tensor(cute.make_layout(vec), dtype)

@@ -36,32 +36,44 @@ from .variant import Variant
 _KERNEL_DIR = Path(__file__).parent
 SOURCES = [_KERNEL_DIR / name for name in ("_blocks.py", "norm.py", "softmax.py", "compiler.py", "variant.py")]
 
+VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward"})
 DTYPES = {"float32": cutlass.Float32, "float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 
-def _rows(dtype: type) -> Any:
-    return make_fake_tensor(dtype, (cute.sym_int(), cute.sym_int()), (cute.sym_int(64), 1))
+def vector_width(v: Variant) -> int:
+    """Elements per access: 16 bytes of the input dtype for ``vec`` variants, else 1."""
+    return 16 * 8 // DTYPES[v.dtype].width if "vec" in v.flags else 1
 
 
-def _vector(dtype: type) -> Any:
-    return make_fake_tensor(dtype, (cute.sym_int(),), (1,))
+def _rows(dtype: type, vec: int = 1) -> Any:
+    """A row matrix: rows of ``vec``-divisible length and stride, 16-byte aligned when ``vec > 1``."""
+    align = 16 if vec > 1 else None
+    shape = (cute.sym_int(), cute.sym_int(divisibility=vec))
+    return make_fake_tensor(dtype, shape, (cute.sym_int(64, divisibility=vec), 1), assumed_align=align)
+
+
+def _vector(dtype: type, vec: int = 1) -> Any:
+    return make_fake_tensor(dtype, (cute.sym_int(divisibility=vec),), (1,), assumed_align=16 if vec > 1 else None)
 
 
 def _program(v: Variant) -> tuple[Any, tuple]:
     """The host function and its compile-time argument placeholders."""
     x, out, f32 = DTYPES[v.dtype], DTYPES[v.out_dtype], cutlass.Float32
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    f = v.flags
+    f, vec = v.flags, vector_width(v)
+    if vec > 1 and v.kernel not in VECTOR_KERNELS:
+        raise ValueError(f"kernel {v.kernel!r} has no vectorized variant; {sorted(VECTOR_KERNELS)} do")
     if v.kernel == "norm_forward":
-        fn = norm.forward_program(v.threads, "rms" in f, "weight" in f, "bias" in f)
-        args = (_rows(x), _vector(x), _vector(x), _rows(out), _vector(f32), _vector(f32), f32(1e-5), stream)
+        fn = norm.forward_program(v.threads, vec, "rms" in f, "weight" in f, "bias" in f)
+        args = (_rows(x, vec), _vector(x, vec), _vector(x, vec), _rows(out, vec), _vector(f32), _vector(f32),
+                f32(1e-5), stream)
     elif v.kernel == "norm_backward":
         fn = norm.backward_program(v.threads, "rms" in f, "weight" in f, "bias" in f)
         args = (_rows(x), _rows(x), _vector(x), _vector(f32), _vector(f32), _rows(out), _rows(f32), _rows(f32),
                 cutlass.Int32(1), stream)
     elif v.kernel == "softmax_forward":
-        fn = softmax.forward_program(v.threads, "log" in f)
-        args = (_rows(x), _rows(out), stream)
+        fn = softmax.forward_program(v.threads, vec, "log" in f)
+        args = (_rows(x, vec), _rows(out, vec), stream)
     elif v.kernel == "softmax_backward":
         fn = softmax.backward_program(v.threads, "log" in f)
         args = (_rows(x), _rows(x), _rows(out), stream)

@@ -11,38 +11,46 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, const_expr
 
-from ._blocks import block_max, block_sum, warp_slots
+from ._blocks import block_max, block_sum, chunks, fragment, load_f32, warp_slots
 
 
-def forward_program(threads: int, log: bool):
-    """Host entry ``(x, y, stream)``; ``y`` may be fp32 for fp16 ``x`` (``half_to_float``)."""
+def forward_program(threads: int, vec: int, log: bool):
+    """Host entry ``(x, y, stream)``; ``y`` may be fp32 for fp16 ``x`` (``half_to_float``).
+
+    Each thread moves ``vec`` contiguous elements per access (see ``norm.forward_program``).
+    """
 
     @cute.kernel
     def kernel(x: cute.Tensor, y: cute.Tensor):
         tid, _, _ = cute.arch.thread_idx()
         row, _, _ = cute.arch.block_idx()
-        n = x.shape[1]
         slots = warp_slots(threads)
-        m = Float32(float("-inf"))
+        xr, yr = chunks(x, row, vec), chunks(y, row, vec)
+        n_chunks = cute.size(xr, mode=[1])
+        xf = fragment(vec, x.element_type)
+        yf = fragment(vec, y.element_type)
+        neg_inf = Float32(float("-inf"))
+        m = neg_inf
         s = Float32(0.0)
-        for j in cutlass.range(tid, n, threads):
-            v = x[row, j].to(Float32)
-            new_m = cute.arch.fmax(m, v)
-            if new_m > Float32(float("-inf")):
-                s = s * cute.math.exp(m - new_m) + cute.math.exp(v - new_m)
+        for c in cutlass.range(tid, n_chunks, threads):
+            v = load_f32(xr[None, c], xf)
+            new_m = cute.arch.fmax(m, v.reduce(cute.ReductionOp.MAX, neg_inf, 0))
+            if new_m > neg_inf:
+                s = s * cute.math.exp(m - new_m) + cute.math.exp(v - new_m).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             m = new_m
         row_max = block_max(m, slots, threads)
         if s > Float32(0.0):
             s = s * cute.math.exp(m - row_max)
         total = block_sum(s, slots, threads)
-        if const_expr(log):
-            shift = row_max + cute.math.log(total)
-            for j in cutlass.range(tid, n, threads):
-                y[row, j] = (x[row, j].to(Float32) - shift).to(y.element_type)
-        else:
-            inv = Float32(1.0) / total
-            for j in cutlass.range(tid, n, threads):
-                y[row, j] = (cute.math.exp(x[row, j].to(Float32) - row_max) * inv).to(y.element_type)
+        shift = row_max + cute.math.log(total)
+        inv = Float32(1.0) / total
+        for c in cutlass.range(tid, n_chunks, threads):
+            v = load_f32(xr[None, c], xf)
+            if const_expr(log):
+                yf.store((v - shift).to(y.element_type))
+            else:
+                yf.store((cute.math.exp(v - row_max) * inv).to(y.element_type))
+            cute.autovec_copy(yf, yr[None, c])
 
     @cute.jit
     def launch(x: cute.Tensor, y: cute.Tensor, stream):

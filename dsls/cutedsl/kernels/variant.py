@@ -11,7 +11,8 @@ KERNELS = ("norm_forward", "norm_backward", "softmax_forward", "softmax_backward
 
 @dataclass(frozen=True)
 class Variant:
-    """One compiled program. ``flags`` are the compile-time switches of its kernel family."""
+    """One compiled program. ``flags`` are the compile-time switches of its kernel family
+    (``rms``, ``weight``, ``bias``, ``log``) and ``vec`` for 16-byte accesses."""
 
     kernel: str  # norm_forward, norm_backward, softmax_forward, softmax_backward
     dtype: str  # what the rows are read as

@@ -112,6 +112,18 @@ def variant(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int
     return Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], size_class(n_cols)[1], frozenset(flags))
 
 
+def vector_flags(r: Rows, *tensors: torch.Tensor | None) -> tuple[str, ...]:
+    """``("vec",)`` when 16-byte accesses fit: rows and row strides a multiple of 16 bytes, every
+    tensor read 16-byte aligned (outputs are fresh allocations, which are)."""
+    t0 = next(t for t in tensors if t is not None)
+    per_access = 16 // t0.element_size()
+    if r.n_cols % per_access or (r.n_rows > 1 and r.row_stride % per_access):
+        return ()
+    if any(t is not None and t.data_ptr() % 16 for t in tensors):
+        return ()
+    return ("vec",)
+
+
 def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, like: torch.Tensor, *flags: str):
     """The loaded program for this call's variant (compiled or read from disk on first use)."""
     from dsls.cutedsl.kernels.compiler import function

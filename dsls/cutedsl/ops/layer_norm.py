@@ -24,6 +24,7 @@ from ._rows import (
     placeholder,
     threads_of,
     unit_rows,
+    vector_flags,
 )
 
 Tensor = torch.Tensor
@@ -53,7 +54,8 @@ def layer_norm_impl(
 ) -> tuple[Tensor, Tensor, Tensor]:
     n_inner = len(normalized_shape)
     rows = as_rows(input, n_inner)
-    run = launcher("norm_forward", input.dtype, input.dtype, rows.n_cols, input, *_flags(weight, bias))
+    flags = _flags(weight, bias) + vector_flags(rows, input, weight, bias)
+    run = launcher("norm_forward", input.dtype, input.dtype, rows.n_cols, input, *flags)
     y = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)
     mean = torch.empty(rows.n_rows, device=input.device, dtype=torch.float32)
     rstd = torch.empty(rows.n_rows, device=input.device, dtype=torch.float32)
@@ -142,16 +144,16 @@ OVERRIDES = [
 
 
 def precompile_variants() -> list[tuple[str, str, object]]:
-    """Every dtype and size class, affine (weight and bias) and plain, forward and backward."""
+    """Every dtype and size class, affine (weight and bias) and plain; the forward also vectorized."""
     from dsls.cutedsl.kernels.variant import Variant
 
     out = []
     for dtype in DTYPE_NAMES.values():
         for cls, _, _ in SIZE_CLASSES:
             for flags in (("weight", "bias"), ()):
-                for op, kernel in (
-                    ("native_layer_norm", "norm_forward"),
-                    ("native_layer_norm_backward", "norm_backward"),
-                ):
-                    out.append((op, cls, Variant(kernel, dtype, dtype, threads_of(cls), frozenset(flags))))
+                for vec in ((), ("vec",)):
+                    variant = Variant("norm_forward", dtype, dtype, threads_of(cls), frozenset(flags + vec))
+                    out.append(("native_layer_norm", cls, variant))
+                variant = Variant("norm_backward", dtype, dtype, threads_of(cls), frozenset(flags))
+                out.append(("native_layer_norm_backward", cls, variant))
     return out

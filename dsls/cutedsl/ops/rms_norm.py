@@ -21,6 +21,7 @@ from ._rows import (
     placeholder,
     threads_of,
     unit_rows,
+    vector_flags,
 )
 
 Tensor = torch.Tensor
@@ -46,6 +47,7 @@ def rms_norm_impl(
     n_inner = len(normalized_shape)
     rows = as_rows(input, n_inner)
     flags = ("rms", "weight") if weight is not None else ("rms",)
+    flags += vector_flags(rows, input, weight)
     run = launcher("norm_forward", input.dtype, input.dtype, rows.n_cols, input, *flags)
     y = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)
     rstd = torch.empty(rows.n_rows, device=input.device, dtype=torch.float32)
@@ -114,13 +116,16 @@ OVERRIDES = [
 
 
 def precompile_variants() -> list[tuple[str, str, object]]:
-    """Every dtype and size class, with and without a weight, forward and backward."""
+    """Every dtype and size class, with and without a weight; the forward also vectorized."""
     from dsls.cutedsl.kernels.variant import Variant
 
     out = []
     for dtype in DTYPE_NAMES.values():
         for cls, _, _ in SIZE_CLASSES:
             for flags in (("rms", "weight"), ("rms",)):
-                for op, kernel in (("_fused_rms_norm", "norm_forward"), ("_fused_rms_norm_backward", "norm_backward")):
-                    out.append((op, cls, Variant(kernel, dtype, dtype, threads_of(cls), frozenset(flags))))
+                for vec in ((), ("vec",)):
+                    variant = Variant("norm_forward", dtype, dtype, threads_of(cls), frozenset(flags + vec))
+                    out.append(("_fused_rms_norm", cls, variant))
+                variant = Variant("norm_backward", dtype, dtype, threads_of(cls), frozenset(flags))
+                out.append(("_fused_rms_norm_backward", cls, variant))
     return out

@@ -20,6 +20,7 @@ from ._rows import (
     reduced_rows,
     threads_of,
     unit_rows,
+    vector_flags,
 )
 
 Tensor = torch.Tensor
@@ -36,7 +37,8 @@ def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
 def _forward(self: Tensor, dim: int, half_to_float: bool, log: bool) -> Tensor:
     rows = reduced_rows(self, dim)
     out_dtype = torch.float32 if half_to_float else self.dtype
-    run = launcher("softmax_forward", self.dtype, out_dtype, rows.n_cols, self, *(("log",) if log else ()))
+    flags = (("log",) if log else ()) + vector_flags(rows, self)
+    run = launcher("softmax_forward", self.dtype, out_dtype, rows.n_cols, self, *flags)
     y = torch.empty((rows.n_rows, rows.n_cols), device=self.device, dtype=out_dtype)
     run(matrix(self, rows), y)
     return y.view(self.shape)
@@ -96,7 +98,8 @@ def precompile_variants() -> list[tuple[str, str, object]]:
             for log, (fwd, bwd) in ((False, ("_softmax", "_softmax_backward_data")),
                                     (True, ("_log_softmax", "_log_softmax_backward_data"))):
                 flags = frozenset({"log"}) if log else frozenset()
-                out.append((fwd, cls, Variant("softmax_forward", dtype, wide, threads_of(cls), flags)))
+                for vec in (frozenset(), frozenset({"vec"})):
+                    out.append((fwd, cls, Variant("softmax_forward", dtype, wide, threads_of(cls), flags | vec)))
                 # the backward reads the forward's output (``wide``) and writes the input dtype
                 out.append((bwd, cls, Variant("softmax_backward", wide, dtype, threads_of(cls), flags)))
     return out
