@@ -64,3 +64,15 @@ def test_vector_flags_need_whole_aligned_chunks():
     wide = x16(4, 68)[:, :64]  # row stride of 68 halves: rows after the first are misaligned
     assert vector_flags(as_rows(wide, 1), wide) == ()
     assert vector_flags(as_rows(x16(1, 64), 1), x16(1, 64)) == ("vec",)
+
+
+def test_programs_load_once_per_variant():
+    from dsls.cutedsl.kernels import compiler
+    from dsls.cutedsl.ops import _rows
+
+    first = _rows.launcher("softmax_forward", torch.float32, torch.float32, 100, torch.empty(1), "log")
+    loaded = len(compiler._functions)
+    again = _rows.launcher("softmax_forward", torch.float32, torch.float32, 900, torch.empty(1), "log")
+    assert again is first and len(compiler._functions) == loaded  # same size class: same program
+    other = _rows.launcher("softmax_forward", torch.float32, torch.float32, 5000, torch.empty(1), "log")
+    assert other is not first and len(compiler._functions) == loaded + 1

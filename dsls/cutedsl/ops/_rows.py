@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -108,10 +109,6 @@ def backward_ctas(t: torch.Tensor, n_rows: int) -> int:
     return max(1, min(n_rows, 2 * _sm_count(index)))
 
 
-def variant(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, *flags: str) -> Variant:
-    return Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], size_class(n_cols)[1], frozenset(flags))
-
-
 def vector_flags(r: Rows, *tensors: torch.Tensor | None) -> tuple[str, ...]:
     """``("vec",)`` when 16-byte accesses fit: rows and row strides a multiple of 16 bytes, every
     tensor read 16-byte aligned (outputs are fresh allocations, which are)."""
@@ -124,8 +121,18 @@ def vector_flags(r: Rows, *tensors: torch.Tensor | None) -> tuple[str, ...]:
     return ("vec",)
 
 
+# (kernel, dtypes, threads, flags, device index) -> loaded program: one dict lookup per call.
+_launchers: dict[tuple, Any] = {}
+
+
 def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, like: torch.Tensor, *flags: str):
     """The loaded program for this call's variant (compiled or read from disk on first use)."""
-    from dsls.cutedsl.kernels.compiler import function
+    threads = size_class(n_cols)[1]
+    key = (kernel, dtype, out_dtype, threads, flags, like.device.index)
+    fn = _launchers.get(key)
+    if fn is None:
+        from dsls.cutedsl.kernels.compiler import function
 
-    return function(variant(kernel, dtype, out_dtype, n_cols, *flags), arch(like))
+        v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
+        fn = _launchers[key] = function(v, arch(like))
+    return fn
