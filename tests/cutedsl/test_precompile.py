@@ -26,16 +26,18 @@ def test_second_run_reuses_every_entry(tmp_path):
     data = json.loads(first.stdout)
     kernels = data["kernels"]
     assert {k["op"] for k in kernels} == {"_fused_rms_norm", "_log_softmax"}
-    # RMS norm with and without weight; log-softmax fp16 -> fp16 and fp16 -> fp32 (half_to_float)
-    assert len(kernels) == 4
+    # RMS norm with and without weight, log-softmax fp16 -> fp16 and fp16 -> fp32 (half_to_float),
+    # each plain and vectorized
+    assert len(kernels) == 8
+    assert sum("vec" in k["flags"] for k in kernels) == 4
     assert all(k["dtype"] == "float16" and k["size_class"] == "short" and k["ms"] > 0 for k in kernels)
-    assert [k["cached"] for k in kernels] == [False] * 4 and data["compiled"] == 4
+    assert [k["cached"] for k in kernels] == [False] * 8 and data["compiled"] == 8
     assert data["arch"] == "sm_90a" and data["cache_dir"] == str(tmp_path)
 
     second = json.loads(_precompile(tmp_path, *ARGS).stdout)
-    assert [k["cached"] for k in second["kernels"]] == [True] * 4
-    assert (second["compiled"], second["cached"], second["failed"]) == (0, 4, 0)
-    assert len([p for p in tmp_path.iterdir() if p.suffix == ".bin"]) == 4
+    assert [k["cached"] for k in second["kernels"]] == [True] * 8
+    assert (second["compiled"], second["cached"], second["failed"]) == (0, 8, 0)
+    assert len([p for p in tmp_path.iterdir() if p.suffix == ".bin"]) == 8
 
 
 @requires_cutlass
