@@ -70,12 +70,14 @@ def test_arch_reaches_the_cubin(compiler):
 
 
 @pytest.mark.parametrize("kernel", ["norm_forward", "softmax_forward"])
-def test_vec_variants_move_16_bytes_per_access(compiler, kernel):
+def test_vec_variants_move_16_bytes_per_access(compiler, kernel, monkeypatch, tmp_path):
     """The ``vec`` variants load and store bf16 rows 128 bits at a time (per-row fp32 statistics
     stay scalar); the plain ones move one element per access."""
     import re
 
     from dsls.cutedsl.kernels.variant import Variant
+
+    monkeypatch.chdir(tmp_path)  # --keep-ptx writes its files into the working directory
 
     def global_accesses(flags):
         fn, args = compiler._program(Variant(kernel, "bfloat16", "bfloat16", 128, frozenset(flags)))
