@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from cutedsl_testing import requires_cutlass
@@ -69,26 +70,38 @@ def test_arch_reaches_the_cubin(compiler):
     assert embedded_cubin_sm(obj) == 80
 
 
-@pytest.mark.parametrize("kernel", ["norm_forward", "softmax_forward"])
-def test_vec_variants_move_16_bytes_per_access(compiler, kernel, monkeypatch, tmp_path):
+PTX_PROBE = """
+import json, re, sys
+from dsls.cutedsl.kernels import compiler
+from dsls.cutedsl.kernels.variant import Variant
+out = {}
+for kernel in ("norm_forward", "softmax_forward"):
+    for vec in (False, True):
+        flags = frozenset({"vec"} if vec else set())
+        fn, args = compiler._program(Variant(kernel, "bfloat16", "bfloat16", 128, flags))
+        ptx = compiler.cute.compile(fn, *args, options="--enable-tvm-ffi --gpu-arch sm_90a --keep-ptx").__ptx__
+        out[f"{kernel}-{vec}"] = sorted(set(re.findall(r"(?:ld|st)\\.global[.\\w]*", ptx)))
+print(json.dumps(out))
+"""
+
+
+def test_vec_variants_move_16_bytes_per_access(tmp_path):
     """The ``vec`` variants load and store bf16 rows 128 bits at a time (per-row fp32 statistics
-    stay scalar); the plain ones move one element per access."""
-    import re
+    stay scalar); the plain ones move one element per access. Run apart: ``--keep-ptx`` writes
+    files into the dump folder, which the compiler fixes when it is first used."""
+    import json
 
-    from dsls.cutedsl.kernels.variant import Variant
-
-    monkeypatch.chdir(tmp_path)  # --keep-ptx writes its files into the working directory
-
-    def global_accesses(flags):
-        fn, args = compiler._program(Variant(kernel, "bfloat16", "bfloat16", 128, frozenset(flags)))
-        compiled = compiler.cute.compile(fn, *args, options="--enable-tvm-ffi --gpu-arch sm_90a --keep-ptx")
-        return set(re.findall(r"(?:ld|st)\.global[.\w]*", compiled.__ptx__))
-
-    vec = global_accesses({"vec"})
-    assert {"ld.global.v4.b32", "st.global.v4.b32"} <= vec
-    assert not any(op.endswith(("16", ".v2.b32")) for op in vec), vec
-    plain = global_accesses(set())
-    assert not any(".v4" in op for op in plain) and any(op.endswith("16") for op in plain), plain
+    root = str(Path(__file__).resolve().parents[2])  # this checkout, whatever the working directory
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "CUTE_DSL_DUMP_DIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": path}
+    r = subprocess.run([sys.executable, "-c", PTX_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    accesses = {k: set(v) for k, v in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    for kernel in ("norm_forward", "softmax_forward"):
+        vec, plain = accesses[f"{kernel}-True"], accesses[f"{kernel}-False"]
+        assert {"ld.global.v4.b32", "st.global.v4.b32"} <= vec, vec
+        assert not any(op.endswith(("16", ".v2.b32")) for op in vec), vec
+        assert not any(".v4" in op for op in plain) and any(op.endswith("16") for op in plain), plain
 
 
 def test_backward_kernels_have_no_vec_variant(compiler):
