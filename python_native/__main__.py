@@ -16,6 +16,7 @@ COMMANDS = {
     "status": "status",
     "demo": "demo",
     "bench": "bench",
+    "precompile": "precompile",
 }
 
 

@@ -1,11 +1,15 @@
-"""CuTe DSL backend (``nvidia-cutlass-dsl``): availability and version, without importing cutlass.
+"""CuTe DSL backend (``nvidia-cutlass-dsl``): availability, version and the registration of its op library.
 
-The backend has no op library yet; it is listed so users see whether CuTe DSL could run here.
+Nothing here imports cutlass: availability comes from package metadata and the CUDA device, the
+kernels live in ``dsls.cutedsl.kernels`` and are compiled (or read from the on-disk kernel cache)
+by each impl on its first call. Overrides sit at the CUDA key, and only where a CUDA device of
+compute capability 8.0 or newer is present.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 
 from packaging.version import Version
 
@@ -13,6 +17,11 @@ NAME = "cutedsl"
 DISTRIBUTION = "nvidia-cutlass-dsl"
 MODULE = "cutlass"
 MINIMUM_VERSION = Version("4.0")
+# The launch path: compiled programs are TVM-FFI functions called with torch tensors.
+FFI_DISTRIBUTION = "apache-tvm-ffi"
+FFI_MODULE = "tvm_ffi"
+FFI_MINIMUM_VERSION = Version("0.1")
+MINIMUM_CAPABILITY = (8, 0)
 
 
 def runtime_version() -> Version | None:
@@ -25,7 +34,9 @@ def runtime_version() -> Version | None:
 def _install_problem() -> str | None:
     from python_native import dsl_support
 
-    return dsl_support.install_problem(DISTRIBUTION, MODULE, MINIMUM_VERSION)
+    return dsl_support.install_problem(DISTRIBUTION, MODULE, MINIMUM_VERSION) or dsl_support.install_problem(
+        FFI_DISTRIBUTION, FFI_MODULE, FFI_MINIMUM_VERSION
+    )
 
 
 def unavailable_reason() -> str | None:
@@ -35,11 +46,13 @@ def unavailable_reason() -> str | None:
         return problem
     import torch
 
+    if not torch.backends.cuda.is_built():
+        return "no CUDA device (torch is a CPU build)"
     if not torch.cuda.is_available():
         return "no CUDA device"
-    major, _ = torch.cuda.get_device_capability()
-    if major < 8:
-        return f"CUDA device of compute capability {major}.x; CuTe DSL kernels need 8.0 or newer"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) < MINIMUM_CAPABILITY:
+        return f"CUDA device of compute capability {major}.{minor}; CuTe DSL kernels need 8.0 or newer"
     return None
 
 
@@ -48,11 +61,46 @@ def runtime_available() -> bool:
 
 
 def can_register() -> bool:
-    return False  # no op library yet
+    """Whether overrides can be installed: cutlass-dsl and TVM-FFI present and torch built with CUDA.
+
+    Cheaper than availability: it never initialises CUDA (this runs during ``import torch``). The
+    conds check each device's compute capability on first use instead (``ops._rows.on_cuda``).
+    """
+    if _install_problem() is not None:
+        return False
+    import torch
+
+    return torch.backends.cuda.is_built()
+
+
+def opted_in() -> bool:
+    """The CuTe DSL overrides route calls only when asked to, until they are validated on GPUs.
+
+    They are installed either way (listed in the status report, ready for ``pn.cutedsl.enable()``);
+    ``PYTHON_NATIVE_CUTEDSL=1`` enables them from the start.
+    """
+    import os
+
+    return os.environ.get("PYTHON_NATIVE_CUTEDSL", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def register_overrides() -> list:
-    return []
+    """Install every op of the library at the CUDA key; returns the handles."""
+    from python_native import register_op_override
+
+    from .ops import all_overrides
+
+    handles = []
+    for spec in all_overrides():
+        try:
+            handles.append(register_op_override(NAME, "aten", spec.op, "CUDA", spec.cond, spec.impl, **spec.options))
+        except Exception:  # one op that cannot be installed here must not cost the others
+            logging.getLogger("python_native").exception("python_native: cutedsl override of %s not installed", spec.op)
+    if handles and not opted_in():
+        from python_native import controller
+
+        controller.DSLController(NAME).disable()
+    return handles
 
 
 # Last, and the only module-level import of python_native: the module is complete, so the control

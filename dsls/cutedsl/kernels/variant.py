@@ -1,0 +1,33 @@
+"""What names one compiled program (no cutlass import: ops and the precompile list use it)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+KERNELS = ("norm_forward", "norm_backward", "softmax_forward", "softmax_backward")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled program. ``flags`` are the compile-time switches of its kernel family
+    (``rms``, ``weight``, ``bias``, ``log``) and ``vec`` for 16-byte accesses."""
+
+    kernel: str  # norm_forward, norm_backward, softmax_forward, softmax_backward
+    dtype: str  # what the rows are read as
+    out_dtype: str  # what the rows are written as
+    threads: int
+    flags: frozenset[str] = frozenset()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "dtype": self.dtype,
+            "out_dtype": self.out_dtype,
+            "threads": self.threads,
+            "flags": sorted(self.flags),
+        }
+
+    def symbol(self) -> str:
+        return "pn_" + hashlib.sha256(repr(sorted(self.describe().items())).encode()).hexdigest()[:20]

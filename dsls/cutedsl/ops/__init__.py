@@ -1,0 +1,33 @@
+"""The CuTe DSL op library: one module per op family, each listing its overrides and the
+specializations ``python -m python_native precompile`` builds ahead of time.
+
+Op modules import neither cutlass nor the kernels; impls import ``dsls.cutedsl.kernels`` on their
+first call. Shape helpers are the Triton library's (pure metadata checks).
+"""
+
+from __future__ import annotations
+
+from dsls.triton.ops import OverrideSpec, _has_kernel
+
+__all__ = ["OverrideSpec", "all_overrides", "families"]
+
+
+def families() -> list:
+    from . import layer_norm, rms_norm, softmax
+
+    return [rms_norm, softmax, layer_norm]
+
+
+def all_overrides() -> list[OverrideSpec]:
+    """Every override, a family only where aten has a CUDA kernel for each of its ops to fall back to."""
+    return [
+        spec
+        for family in families()
+        if all(_has_kernel(s.op, "CUDA") for s in family.OVERRIDES)
+        for spec in family.OVERRIDES
+    ]
+
+
+def precompile_variants() -> list[tuple[str, str, object]]:
+    """``(op, size class, variant)`` for every declared specialization of every family."""
+    return [entry for family in families() for entry in family.precompile_variants()]

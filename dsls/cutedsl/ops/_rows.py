@@ -1,0 +1,149 @@
+"""What the CuTe DSL row kernels accept, and the glue that launches them (metadata checks are FakeTensor safe).
+
+The kernels read ``n_rows x n_cols`` views with unit column stride and any row stride, so
+contiguous tensors and row slices of wider buffers run without a copy. Loops stride over each row,
+so there is no upper bound on the row length beyond 32-bit column indices; the grid has one CTA
+per row, so the row count is bounded by the grid's x limit.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dsls.cutedsl.kernels.variant import Variant
+from dsls.triton.ops._layout import Rows, as_rows, float_dtype, is_param, normalized_axis, reduced_rows
+
+__all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows"]
+
+MAX_ROWS = 2**31 - 1  # gridDim.x
+MAX_COLS = 2**31 - 1  # column indices are int32
+
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+# Size classes by row length: (name, longest row, threads per CTA). Short rows waste fewer idle
+# threads with a small CTA; long rows want more loads in flight.
+SIZE_CLASSES = (("short", 1024, 128), ("medium", 8192, 256), ("long", MAX_COLS, 512))
+
+
+def size_class(n_cols: int) -> tuple[str, int]:
+    """``(name, threads)`` of the class a row length falls in."""
+    for name, longest, threads in SIZE_CLASSES:
+        if n_cols <= longest:
+            return name, threads
+    raise ValueError(f"row length {n_cols} exceeds the CuTe DSL kernels' limit of {MAX_COLS}")
+
+
+def threads_of(name: str) -> int:
+    for cls, _, threads in SIZE_CLASSES:
+        if cls == name:
+            return threads
+    raise ValueError(f"unknown size class {name!r}; expected one of {[c for c, _, _ in SIZE_CLASSES]}")
+
+
+def on_cuda(*tensors: torch.Tensor | None) -> bool:
+    """Every given tensor is on a CUDA device the kernels support (compute capability 8.0+)."""
+    for t in tensors:
+        if t is not None and (t.device.type != "cuda" or not _capable(t.device.index)):
+            return False
+    return True
+
+
+@functools.cache
+def _capable(index: int | None) -> bool:
+    from dsls.cutedsl import MINIMUM_CAPABILITY
+
+    return torch.cuda.get_device_capability(index) >= MINIMUM_CAPABILITY
+
+
+def unit_rows(r: Rows | None) -> bool:
+    """A non-empty row view the kernels can read: unit column stride, sizes within their limits."""
+    return (
+        r is not None
+        and 0 < r.n_rows <= MAX_ROWS
+        and 0 < r.n_cols <= MAX_COLS
+        and (r.col_stride == 1 or r.n_cols == 1)
+        and r.row_stride >= 0
+    )
+
+
+def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int]) -> Rows | None:
+    if not float_dtype(x) or normalized_axis(x, normalized_shape) is None:
+        return None
+    rows = as_rows(x, len(normalized_shape))
+    return rows if unit_rows(rows) else None
+
+
+def fp32_stats(stat: torch.Tensor, n_rows: int) -> bool:
+    """Saved per-row statistics as the kernels read them: a dense fp32 vector."""
+    return stat.dtype == torch.float32 and stat.numel() == n_rows and stat.is_contiguous()
+
+
+def matrix(t: torch.Tensor, r: Rows) -> torch.Tensor:
+    """``t`` as the ``n_rows x n_cols`` view the kernels take (no copy)."""
+    return t.as_strided((r.n_rows, r.n_cols), (r.row_stride, 1), t.storage_offset())
+
+
+@functools.cache
+def _placeholder(device: torch.device, dtype: torch.dtype, ndim: int) -> torch.Tensor:
+    return torch.zeros((1,) * ndim, device=device, dtype=dtype)
+
+
+def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.Tensor:
+    """A tensor standing in for an absent argument the compiled variant never reads."""
+    return _placeholder(like.device, dtype, ndim)
+
+
+@functools.cache
+def _arch(index: int | None) -> str:
+    from dsls.cutedsl.kernels.compiler import device_arch
+
+    return device_arch(index)
+
+
+def arch(t: torch.Tensor) -> str:
+    """The target of ``t``'s device (``$CUTE_DSL_ARCH`` wins; None is the current device)."""
+    return _arch(t.device.index)
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def backward_ctas(t: torch.Tensor, n_rows: int) -> int:
+    """CTAs of a norm backward: a few per SM, each owning one fp32 row of parameter-gradient partials."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return max(1, min(n_rows, 2 * _sm_count(index)))
+
+
+def vector_flags(r: Rows, *tensors: torch.Tensor | None) -> tuple[str, ...]:
+    """``("vec",)`` when 16-byte accesses fit: rows and row strides a multiple of 16 bytes, every
+    tensor read 16-byte aligned (outputs are fresh allocations, which are)."""
+    t0 = next(t for t in tensors if t is not None)
+    per_access = 16 // t0.element_size()
+    if r.n_cols % per_access or (r.n_rows > 1 and r.row_stride % per_access):
+        return ()
+    if any(t is not None and t.data_ptr() % 16 for t in tensors):
+        return ()
+    return ("vec",)
+
+
+# (kernel, dtypes, threads, flags, device index) -> loaded program: one dict lookup per call.
+_launchers: dict[tuple, Any] = {}
+
+
+def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, like: torch.Tensor, *flags: str):
+    """The loaded program for this call's variant (compiled or read from disk on first use)."""
+    threads = size_class(n_cols)[1]
+    key = (kernel, dtype, out_dtype, threads, flags, like.device.index)
+    fn = _launchers.get(key)
+    if fn is None:
+        from dsls.cutedsl.kernels.compiler import function
+
+        v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
+        fn = _launchers[key] = function(v, arch(like))
+    return fn

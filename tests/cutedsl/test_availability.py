@@ -1,0 +1,73 @@
+"""``pn.cutedsl``: availability with a precise reason, version from metadata, no cutlass import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from cutedsl_testing import INSTALLED, requires_cutlass
+
+import python_native as pn
+from dsls.cutedsl import ops
+
+
+def test_importing_python_native_imports_no_cutlass():
+    code = (
+        "import sys, torch, python_native as pn\n"
+        "pn.cutedsl.available, pn.cutedsl.version, pn.cutedsl.unavailable_reason\n"
+        "import dsls.cutedsl.ops\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('cutlass', 'tvm_ffi'))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_unavailable_without_a_gpu_and_says_why():
+    assert pn.cutedsl.available is False
+    reason = pn.cutedsl.unavailable_reason
+    if INSTALLED:
+        assert reason.startswith("no CUDA device")
+    else:
+        assert "nvidia-cutlass-dsl not installed" in reason or "apache-tvm-ffi not installed" in reason
+    assert pn.get_dsl_operations("cutedsl") == []
+
+
+@requires_cutlass
+def test_version_reported_when_installed():
+    from importlib.metadata import version
+
+    assert str(pn.cutedsl.version) == version("nvidia-cutlass-dsl")
+
+
+def test_every_family_declares_overrides_and_precompile_variants():
+    ops_by_family = {f.__name__.rsplit(".", 1)[1]: {s.op for s in f.OVERRIDES} for f in ops.families()}
+    assert ops_by_family == {
+        "rms_norm": {"_fused_rms_norm", "_fused_rms_norm_backward"},
+        "softmax": {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"},
+        "layer_norm": {"native_layer_norm", "native_layer_norm_backward"},
+    }
+    declared = {op for op, _, _ in ops.precompile_variants()}
+    assert declared == set().union(*ops_by_family.values())
+
+
+def test_conds_reject_what_the_kernels_do_not_take():
+    """Metadata-only checks; a CPU tensor is never taken, and neither is a non-unit column stride."""
+    from dsls.cutedsl.ops import _rows, layer_norm, rms_norm, softmax
+
+    x = torch.randn(4, 8)
+    assert not rms_norm.rms_norm_cond(x, [8], None, None)
+    assert not softmax.softmax_cond(x, 1, False)
+    assert not layer_norm.layer_norm_cond(x, [8], None, None, 1e-5)
+    meta = torch.empty(6, 8, device="meta")
+    assert _rows.unit_rows(_rows.as_rows(meta, 1))
+    assert _rows.unit_rows(_rows.as_rows(meta[::2], 1))  # row slices: any row stride
+    assert not _rows.unit_rows(_rows.as_rows(meta.t(), 1))  # columns strided
+    assert not _rows.unit_rows(_rows.as_rows(torch.empty(0, 8, device="meta"), 1))
+    assert _rows.size_class(1024) == ("short", 128) and _rows.size_class(1025)[0] == "medium"
+    assert _rows.size_class(256 * 1024) == ("long", 512)
+    with pytest.raises(ValueError, match="unknown size class 'huge'"):
+        _rows.threads_of("huge")
