@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import codegen, dsl_registry, env, epilogues, scalars, schema
+from python_native import codegen, compiled, dsl_registry, env, epilogues, scalars, schema
 from python_native.switches import KINDS, Switches
 from python_native.tracing import Trace, TraceHub
 
@@ -235,6 +235,7 @@ class Registry:
             slots = [self._slot_for(h) for h in handles]
             for handle, slot, order in zip(handles, slots, orders, strict=True):
                 self._commit(handle, slot, order)
+            compiled.sync()  # pn.compile_mode="keep" follows the set of overridden ops
         return primary
 
     def _existing(self, handle: OverrideHandle) -> list[OverrideHandle]:
@@ -406,6 +407,7 @@ class Registry:
                 slot.overrides.remove(o)
                 self._reindex(slot)
                 self._refresh(slot)
+            compiled.sync()
 
     def _reindex(self, slot: Slot) -> None:
         for kind in KINDS:
