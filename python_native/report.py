@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from python_native import dsl_registry
+from python_native import compiled, dsl_registry
 from python_native.registry import REGISTRY
 
 
@@ -36,7 +36,7 @@ def collect() -> dict:
         }
         for o in REGISTRY.overrides()
     ]
-    return {"torch": torch.__version__, "dsls": dsls, "overrides": overrides}
+    return {"torch": torch.__version__, "dsls": dsls, "overrides": overrides, "compile": compiled.describe()}
 
 
 def render(data: dict) -> str:

@@ -166,3 +166,12 @@ def test_invalid_mode_raises_and_changes_nothing(bad):
     with pytest.raises(ValueError, match="got"):
         pn.compile_mode_set(bad)
     assert pn.compile_mode == "bypass"
+
+
+def test_status_reports_the_mode():
+    assert pn.status()["compile"]["mode"] == "bypass"
+    with pn.compile_mode_set("keep"):
+        data = pn.status()["compile"]
+        assert data["mode"] == "keep" and data["modes"] == ["bypass", "keep"]
+        assert "aten::_softmax" in data["in_compiled_graphs"]  # the Triton softmax sits at CPU here
+    assert pn.status()["compile"]["in_compiled_graphs"] == []
