@@ -14,7 +14,6 @@ The mode is read when a function is compiled: switching it does not touch graphs
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
@@ -23,10 +22,16 @@ from python_native.compiled import opaque
 
 MODES = ("bypass", "keep")
 
-_lock = threading.RLock()
 _mode = "bypass"
 _installed: dict[Any, list[Any]] = {}  # aten op -> each Inductor table's own entry, to restore
 _MISSING = object()
+
+
+def _lock() -> Any:
+    """The registry's lock: registrations call ``sync`` while holding it, so one lock order only."""
+    from python_native.registry import REGISTRY
+
+    return REGISTRY._lock
 
 
 def check_mode(mode: Any) -> str:
@@ -44,7 +49,7 @@ def set_mode(mode: str) -> None:
     """Switch the mode for functions compiled from now on (``pn.compile_mode = mode``)."""
     global _mode
     mode = check_mode(mode)
-    with _lock:
+    with _lock():
         _mode = mode
         sync()
 
@@ -57,7 +62,7 @@ class mode_set:  # noqa: N801  (used like a function: ``with pn.compile_mode_set
         self._previous: list[str] = []
 
     def __enter__(self) -> None:
-        with _lock:
+        with _lock():
             self._previous.append(_mode)
             set_mode(self.mode)
 
@@ -84,7 +89,7 @@ def sync() -> None:
     Called on every mode change and whenever overrides are registered or removed. Entries
     this module replaced are restored to Inductor's own when they leave the table.
     """
-    with _lock:
+    with _lock():
         if _mode != "keep" and not _installed:
             return  # nothing installed, nothing to do: importing Inductor stays lazy in bypass
         wanted = opaque.opaque_table() if _mode == "keep" else {}
@@ -128,7 +133,7 @@ def _tag_caches(ops: list[str]) -> None:
 
 def describe() -> dict[str, Any]:
     """The compile mode and what it currently turns into opaque ops, as plain data."""
-    with _lock:
+    with _lock():
         return {
             "mode": _mode,
             "modes": list(MODES),
