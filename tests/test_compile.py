@@ -175,3 +175,30 @@ def test_status_reports_the_mode():
         assert data["mode"] == "keep" and data["modes"] == ["bypass", "keep"]
         assert "aten::_softmax" in data["in_compiled_graphs"]  # the Triton softmax sits at CPU here
     assert pn.status()["compile"]["in_compiled_graphs"] == []
+
+
+def normed(x, weight, bias):
+    return torch.nn.functional.layer_norm(x * 2, (x.shape[-1],), weight, bias) + 1
+
+
+def test_keep_runs_the_triton_layer_norm_forward_and_backward(fresh_compile):
+    """The built-in Triton overrides (at the CPU key here, through the interpreter) run compiled."""
+    if not any(h.dsl == "triton" and h.op == "native_layer_norm_backward" for h in pn.overrides()):
+        pytest.skip("the Triton layer_norm overrides are not installed at a key this machine runs")
+    x = torch.randn(4, 16, requires_grad=True)
+    weight = torch.randn(16, requires_grad=True)
+    bias = torch.randn(16, requires_grad=True)
+    pn.compile_mode = "keep"
+    compiled = torch.compile(normed)
+    with pn.trace() as t:
+        out = compiled(x, weight, bias)
+        out.sum().backward()
+    ops = {e.op for e in t.events if e.outcome == "override" and e.dsl == "triton"}
+    assert {"native_layer_norm", "native_layer_norm_backward"} <= ops
+    grads = [p.grad for p in (x, weight, bias)]
+    eager_inputs = [p.detach().clone().requires_grad_(True) for p in (x, weight, bias)]
+    expected = normed(*eager_inputs)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    for got, want in zip(grads, [p.grad for p in eager_inputs], strict=True):
+        torch.testing.assert_close(got, want)
