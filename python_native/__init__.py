@@ -50,6 +50,8 @@ __all__ = [
     "router_source",
     "trace",
     "status",
+    "compile_mode_set",
+    "decomposition_table",
     "DSLController",
     "OverrideHandle",
     "OverrideMismatch",
@@ -188,6 +190,21 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
 def trace() -> Trace:
     """Context manager recording one ``TraceEvent`` per routed call while it is open."""
     return REGISTRY.trace()
+
+
+def compile_mode_set(mode: str):
+    """Context manager: ``pn.compile_mode`` is ``mode`` inside the block (``"bypass"`` or ``"keep"``)."""
+    from python_native import compiled as compile_mode
+
+    return compile_mode.mode_set(mode)
+
+
+def decomposition_table(base=None):
+    """For ``ExportedProgram.run_decompositions``: ``base`` (default: torch's export table) with
+    every overridden aten op mapped to its opaque ``python_native`` op."""
+    from python_native import compiled as compile_mode
+
+    return compile_mode.decomposition_table(base)
 
 
 def status() -> dict:

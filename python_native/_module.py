@@ -18,6 +18,7 @@ PUBLIC_API = (
     "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
     "reorder_overrides", "overrides", "router_source", "trace", "status",
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
+    "compile_mode", "compile_mode_set", "decomposition_table",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 
@@ -43,6 +44,19 @@ class PythonNativeModule(types.ModuleType):
         from python_native import dsl_registry
 
         return [name for name in dsl_registry.names() if dsl_registry.available(name)]
+
+    @property
+    def compile_mode(self) -> str:
+        """How overrides meet torch.compile: "bypass" (default) or "keep" (see docs/compile.md)."""
+        from python_native import compiled as compile_mode
+
+        return compile_mode.get()
+
+    @compile_mode.setter
+    def compile_mode(self, mode: str) -> None:
+        from python_native import compiled as compile_mode
+
+        compile_mode.set_mode(mode)
 
     def __getattr__(self, name: str):
         # Dunders are looked up during imports (inspect, pickling): never resolve them as DSLs.

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import checked, codegen, dsl_registry, env, epilogues, scalars, schema
+from python_native import checked, codegen, compiled, dsl_registry, env, epilogues, scalars, schema
 from python_native.switches import KINDS, Switches
 from python_native.tracing import Trace, TraceHub
 
@@ -251,6 +251,7 @@ class Registry:
             slots = [self._slot_for(h) for h in handles]
             for handle, slot, order in zip(handles, slots, orders, strict=True):
                 self._commit(handle, slot, order)
+            compiled.sync()  # pn.compile_mode="keep" follows the set of overridden ops
         return primary
 
     def _existing(self, handle: OverrideHandle) -> list[OverrideHandle]:
@@ -496,6 +497,7 @@ class Registry:
                 self._forget(slot, o.uid)
                 if not slot.overrides:
                     self._uninstall_slot(slot)
+            compiled.sync()
 
     @staticmethod
     def _forget(slot: Slot, uid: int) -> None:

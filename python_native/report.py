@@ -11,7 +11,7 @@ import textwrap
 
 import torch
 
-from python_native import calibration, dsl_registry, env, native_bridge
+from python_native import calibration, compiled, dsl_registry, env, native_bridge
 from python_native.registry import REGISTRY
 
 LEGEND = {
@@ -83,6 +83,7 @@ def collect() -> dict:
         "dsls": dsls,
         "overrides": overrides,
         "calibration": calibration.describe(),
+        "compile": compiled.describe(),
         "environment": env.current(),
         "legend": dict(LEGEND),
     }
@@ -114,6 +115,16 @@ def render(data: dict) -> str:
         lines.append(
             f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
             + (f"  (registered through {o['origin']})" if o.get("origin") else "")
+        )
+    if "compile" in data:
+        c = data["compile"]
+        lines += ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]
+        lines += _wrapped(
+            "overrides run inside compiled graphs as opaque python_native ops: "
+            + (", ".join(c["in_compiled_graphs"]) or "none")
+            if c["mode"] == "keep"
+            else "compiled graphs use Inductor's own kernels; eager calls keep their overrides "
+            "(set pn.compile_mode = 'keep' to call the overrides from compiled code)"
         )
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
