@@ -92,11 +92,10 @@ def test_switches_turn_the_override_off():
         assert result.fell_back(FWD) and result.fell_back(BWD)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [20000, 40001])
+@pytest.mark.parametrize("n,dtype", [(20000, torch.float32), (20000, torch.float16), (40001, torch.bfloat16)])
 def test_rows_wider_than_a_register_tile_stream_the_backward(n, dtype):
     """Past the forward's limit the forward falls back, the backward streams column chunks."""
-    x, w, b = make(3, n, dtype=dtype), make(n, dtype=dtype), make(n, dtype=dtype)
+    x, w, b = make(2, n, dtype=dtype), make(n, dtype=dtype), make(n, dtype=dtype)
     compare(lambda x, w, b: F.layer_norm(x, (n,), w, b), [x, w, b], [BWD])
 
 

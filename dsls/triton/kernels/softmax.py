@@ -1,11 +1,14 @@
 """Softmax and log-softmax over rows, forward and backward.
 
 Rows up to ``MAX_ROW_BLOCK`` wide are held whole in registers, several short rows per program.
-Longer rows (vocabulary-sized log-softmax) take one program per row that streams the row in
-chunks: an online max/sum pass, then a pass that writes the result.
+Longer rows go to ``softmax_long`` (whole wide rows per program, rows split across programs,
+and, for the very longest, the streaming kernels here: one program per row, an online max/sum
+pass, then a pass that writes the result).
 """
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import torch
 import triton
@@ -128,18 +131,15 @@ def _softmax_bwd_looped_kernel(
 def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
     """(Log-)softmax of each row of ``x``: a contiguous ``[M, N]`` tensor of ``out_dtype``."""
     m, n = rows.n_rows, rows.n_cols
+    if triton.next_power_of_2(n) > MAX_ROW_BLOCK:
+        return _long_rows().forward(x, rows, out_dtype, log)
     y = torch.empty((m, n), dtype=out_dtype, device=x.device)
     with on_device(x):
-        if triton.next_power_of_2(n) <= MAX_ROW_BLOCK:
-            cfg = row_config(m, n)
-            _softmax_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
-                x, y, m, n, rows.row_stride, rows.col_stride,
-                LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-            )
-        else:
-            _softmax_fwd_looped_kernel[(m,)](
-                x, y, n, rows.row_stride, rows.col_stride, LOG=log, BLOCK_N=LOOP_BLOCK, num_warps=LOOP_WARPS
-            )
+        cfg = row_config(m, n)
+        _softmax_fwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+            x, y, m, n, rows.row_stride, rows.col_stride,
+            LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        )
     return y
 
 
@@ -148,17 +148,21 @@ def backward(
 ) -> torch.Tensor:
     """Input gradient of (log-)softmax from its output ``y``: a contiguous ``[M, N]`` tensor."""
     m, n = y_rows.n_rows, y_rows.n_cols
+    if triton.next_power_of_2(n) > MAX_ROW_BLOCK:
+        return _long_rows().backward(dy, dy_rows, y, y_rows, out_dtype, log)
     dx = torch.empty((m, n), dtype=out_dtype, device=y.device)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
     with on_device(y):
-        if triton.next_power_of_2(n) <= MAX_ROW_BLOCK:
-            cfg = row_config(m, n)
-            _softmax_bwd_kernel[(triton.cdiv(m, cfg.block_m),)](
-                dy, y, dx, m, n, *strides,
-                LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
-            )
-        else:
-            _softmax_bwd_looped_kernel[(m,)](
-                dy, y, dx, n, *strides, LOG=log, BLOCK_N=LOOP_BLOCK, num_warps=LOOP_WARPS
-            )
+        cfg = row_config(m, n)
+        _softmax_bwd_kernel[(triton.cdiv(m, cfg.block_m),)](
+            dy, y, dx, m, n, *strides,
+            LOG=log, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps,
+        )
     return dx
+
+
+def _long_rows() -> ModuleType:
+    """The long-row paths (imported on first use: that module builds on the kernels here)."""
+    from . import softmax_long
+
+    return softmax_long
