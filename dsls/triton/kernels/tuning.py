@@ -9,16 +9,19 @@ Rationale, for an H100 SM (64K 32-bit registers, at most 255 per thread, 16-byte
 - Vector width. A thread should load whole 16-byte vectors: 8 fp16/bf16 or 4 fp32 elements.
   Every tile below gives each thread 16 elements per tensor per step (2 vectors of a 16-bit
   dtype, 4 of fp32): enough loads in flight to cover memory latency, few enough registers.
-- Register budget. Elements are converted to fp32 once loaded, so 16 elements per thread cost 16
-  registers per live tensor. The norm backward keeps x, dy, the weight and the dw/db
-  accumulators live (about 5 tensors, ~80 registers plus addresses), which leaves room for two
-  programs per SM at 16 warps and no spills. Rows whose whole width would need more than that
-  (over ``NORM_BWD_REGISTER_MAX`` columns) are streamed in column chunks instead.
+- Register budget. Elements are converted to fp32 once loaded, so each element a thread holds
+  costs a register per live tensor. The norm backward keeps x, dy, xhat, the weight and the
+  dw/db accumulators live: ptxas (sm_90a, bf16) gives 118-128 registers at 8 elements per thread
+  per tensor (4096 columns, 16 warps) and 230 at 16 (8 warps); a whole 16384-column row at
+  32 warps (the 64-register cap of 1024 threads) spills ~500 bytes per thread. So the register
+  path uses 8-16 elements per thread, at most 16 warps, and rows over ``NORM_BWD_REGISTER_MAX``
+  (8192) columns are streamed in column chunks instead (116 and 96 registers, no spills).
 - Bytes in flight. Short rows are packed several per program so a step moves at least 8 KB per
   tensor (4096 16-bit or 2048 fp32 elements); warps follow from 16 elements per thread.
 - Softmax rows up to ``SOFTMAX_SINGLE_MAX`` columns are held whole by one program of up to 32
   warps (32768 columns = 32 fp32 values per thread, 32K of the SM's 64K registers), so the input
-  is read once. Wider rows (vocabularies) are split across programs of ``SOFTMAX_SLICE`` columns
+  is read once: 64 registers and no spills for the forward; the backward (y and dy live) spills
+  72-140 bytes per thread at 32768 columns, to be weighed against the split path on a GPU. Wider rows (vocabularies) are split across programs of ``SOFTMAX_SLICE`` columns
   each, so that even a few thousand rows fill every SM; a tiny per-row merge of the slices'
   partial max/sum follows.
 - Persistent grids (the norm backward's weight-gradient partial sums) use ``PROGRAMS_PER_SM``
@@ -34,7 +37,7 @@ import torch
 import triton
 
 # Widest rows whose backward keeps a whole row (and the dw/db accumulators) in registers.
-NORM_BWD_REGISTER_MAX = 16384
+NORM_BWD_REGISTER_MAX = 8192
 # Widest softmax rows held whole by one program; wider rows take the split-row path.
 SOFTMAX_SINGLE_MAX = 32768
 # Columns per program on the split-row softmax path.
@@ -68,9 +71,10 @@ def _min_step(dtype: torch.dtype) -> int:
 
 
 def _rows_tile(dtype: torch.dtype, bucket: int) -> Tile:
-    """Whole rows in registers, short rows packed to a full step."""
+    """Whole rows in registers, short rows packed to a full step; 8 elements per thread per
+    tensor (many live tensors, see the register budget), at most 16 warps."""
     block_m = max(1, _min_step(dtype) // bucket)
-    return Tile(block_m, bucket, _warps_for(block_m * bucket))
+    return Tile(block_m, bucket, max(2, min(16, block_m * bucket // (32 * 8))))
 
 
 def _chunk_tile(dtype: torch.dtype, bucket: int) -> Tile:
