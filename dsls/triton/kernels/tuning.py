@@ -90,9 +90,11 @@ def _column_tile(dtype: torch.dtype, bucket: int) -> Tile:
 
 
 def _reduce_tile(dtype: torch.dtype, bucket: int) -> Tile:
-    """Partial-sum rows (fp32) folded 32 at a time over 64-column strips: enough strips to spread
-    a 4096-wide reduction over 64+ programs, 16 elements per thread at 4 warps."""
-    return Tile(32, min(bucket, 64), 4)
+    """Partial-sum rows (fp32) folded over column strips: strips of bucket/64 columns (64 to 256)
+    give 64+ programs at any width, and 2048-element steps keep 16 elements per thread at
+    4 warps."""
+    block_n = max(64, min(256, bucket // 64, bucket))
+    return Tile(2048 // block_n, min(block_n, bucket), 4)
 
 
 def _softmax_single_tile(dtype: torch.dtype, bucket: int) -> Tile:
