@@ -101,3 +101,50 @@ def test_switches_turn_the_override_off():
         result = run(lambda x, w: F.layer_norm(x, (32,), w), [x, w], scope=scope)
         assert not result.triton_events()
         assert result.fell_back(FWD) and result.fell_back(BWD)
+
+
+@pytest.mark.parametrize("n,dtype", [(20000, torch.float32), (20000, torch.float16), (24577, torch.bfloat16)])
+def test_rows_wider_than_a_register_tile_stream_the_backward(n, dtype):
+    """Past the forward's limit the forward falls back, the backward streams column chunks."""
+    x, w, b = make(2, n, dtype=dtype), make(n, dtype=dtype), make(n, dtype=dtype)
+    compare(lambda x, w, b: F.layer_norm(x, (n,), w, b), [x, w, b], [BWD])
+
+
+@pytest.mark.parametrize("register_max", [16384, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_many_rows_fold_weight_gradients_from_several_programs(register_max, dtype, monkeypatch):
+    """Enough rows for several persistent programs (uneven row blocks), on both backward paths:
+    the register path, and the streamed one with the register limit lowered."""
+    from dsls.triton.kernels import tuning
+
+    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
+    x, w, b = make(101, 257, dtype=dtype), make(257, dtype=dtype), make(257, dtype=dtype)
+    compare(lambda x, w, b: F.layer_norm(x, (257,), w, b), [x, w, b], [FWD, BWD])
+
+
+@pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (False, False, True)])
+def test_streamed_backward_respects_output_mask(mask, monkeypatch):
+    from dsls.triton.kernels import tuning
+
+    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", 32)
+    x, w, b = make(37, 90, requires_grad=False), make(90, requires_grad=False), make(90, requires_grad=False)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [90], w, b, 1e-5)
+    dy = make(37, 90, requires_grad=False)
+    args = (dy, x, [90], mean, rstd, w, b, list(mask))
+    got = torch.ops.aten.native_layer_norm_backward(*args)
+    with pn.operations_disabled(BWD):
+        ref = torch.ops.aten.native_layer_norm_backward(*args)
+    for g, r, wanted in zip(got, ref, mask, strict=True):
+        assert (g is None) == (not wanted)
+        if wanted:
+            torch.testing.assert_close(g, r)
+
+
+def test_streamed_backward_of_strided_rows(monkeypatch):
+    from dsls.triton.kernels import tuning
+
+    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", 64)
+    rows_of_wider_buffer = make(40, 300, requires_grad=False)[:, :130].requires_grad_()
+    transposed = make(150, 9, requires_grad=False).t().requires_grad_()
+    compare(lambda x, w: F.layer_norm(x, (130,), w), [rows_of_wider_buffer, make(130)], [FWD, BWD])
+    compare(lambda x: F.layer_norm(x, (150,)), [transposed], [FWD, BWD])

@@ -135,3 +135,46 @@ def test_f_rms_norm_reaches_cpu_kernels_through_autograd(cpu_rms_kernels):
     torch.testing.assert_close(y, ref.float())
     torch.testing.assert_close(x.grad, x64.grad.float())
     torch.testing.assert_close(w.grad, w64.grad.float())
+
+
+def _check_backward(x, w, dy, n, eps=1e-6):
+    """The backward impl against aten's gradients (forward statistics from aten)."""
+    with pn.triton.disabled():
+        _, rstd = torch.ops.aten._fused_rms_norm(x, [n], w, eps)
+    ref_out, ref_rstd, ref_dx, ref_dw = _reference(x, w, [n], eps, dy)
+    mask = [True, w is not None]
+    assert rms.rms_norm_backward_cond(dy, x, [n], rstd, w, mask)
+    dx, dw = rms.rms_norm_backward_impl(dy, x, [n], rstd, w, mask)
+    wide = _reference(x.double(), None if w is None else w.double(), [n], eps, dy.double())
+    assert_matches(dx, ref_dx, wide[2], "dx", grad=True)
+    if w is not None:
+        assert_matches(dw, ref_dw, wide[3], "dw", grad=True)
+
+
+@pytest.mark.parametrize("n,dtype", [(20000, torch.float32), (20000, torch.bfloat16), (30001, torch.float16)])
+def test_backward_streams_rows_wider_than_a_register_tile(n, dtype):
+    x, w, dy = (make(*s, dtype=dtype, requires_grad=False) for s in ((2, n), (n,), (2, n)))
+    _check_backward(x, w, dy, n)
+
+
+@pytest.mark.parametrize("register_max", [16384, 64])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_backward_folds_weight_gradients_from_several_programs(register_max, dtype, affine, monkeypatch):
+    """Enough rows for several persistent programs with uneven row blocks, odd widths, on the
+    register path and (limit lowered) the streamed path."""
+    from dsls.triton.kernels import tuning
+
+    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
+    x, dy = make(97, 201, dtype=dtype, requires_grad=False), make(97, 201, dtype=dtype, requires_grad=False)
+    _check_backward(x, make(201, dtype=dtype, requires_grad=False) if affine else None, dy, 201)
+
+
+@pytest.mark.parametrize("register_max", [16384, 64])
+def test_backward_of_strided_rows(register_max, monkeypatch):
+    from dsls.triton.kernels import tuning
+
+    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
+    x = make(30, 400, requires_grad=False)[:, 7:140]  # row stride 400
+    dy = make(133, 30, requires_grad=False).t()  # column stride 30
+    _check_backward(x, make(133, requires_grad=False), dy, 133)

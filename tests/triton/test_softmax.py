@@ -93,3 +93,96 @@ def test_reduced_rows_views():
     assert reduced_rows(x, 1) is None  # later dims are not all of size 1
     assert reduced_rows(x.transpose(0, 1), 2) is None  # leading dims do not collapse
     assert reduced_rows(torch.empty(4, 8).t(), 1) == (8, 4, 1, 8)
+
+
+@pytest.fixture
+def long_row_limits(monkeypatch):
+    """Lower the long-row limits so that small shapes take each long-row path."""
+    import dsls.triton.kernels.softmax as softmax_kernels
+    from dsls.triton.kernels import tuning
+
+    def lower(single_max: int, slice_cols: int, max_slices: int = tuning.SOFTMAX_MAX_SLICES) -> None:
+        monkeypatch.setattr(softmax_kernels, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows
+        monkeypatch.setattr(tuning, "SOFTMAX_SINGLE_MAX", single_max)
+        monkeypatch.setattr(tuning, "SOFTMAX_SLICE", slice_cols)
+        monkeypatch.setattr(tuning, "SOFTMAX_MAX_SLICES", max_slices)
+
+    return lower
+
+
+def _with_inf(x: torch.Tensor, slice_cols: int) -> torch.Tensor:
+    """-inf over the first slice of one row and scattered over another."""
+    x = x.detach().clone()
+    x[0, :slice_cols] = float("-inf")
+    x[-1, 3::7] = float("-inf")
+    return x.requires_grad_()
+
+
+@pytest.mark.parametrize("kind", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_wide_rows_held_whole_by_one_program(kind, dtype):
+    fn, fwd, bwd = OPS[kind]
+    x = make(2, 20001, dtype=dtype, scale=4.0)
+    with torch.no_grad():
+        x[1, :5000] = float("-inf")
+    compare(lambda x: fn(x, -1), [x], [fwd, bwd])
+
+
+@pytest.mark.parametrize("kind,dtype", [("softmax", torch.bfloat16), ("log_softmax", torch.float32)])
+def test_vocabulary_rows_split_across_programs(kind, dtype):
+    """Past the single-program limit (default limits): rows cut into slices, partials merged."""
+    fn, fwd, bwd = OPS[kind]
+    x = make(2, 70001, dtype=dtype, scale=4.0, requires_grad=False)
+    with torch.no_grad():
+        x[1, 16384:32768] = float("-inf")  # a whole slice of -inf
+    compare(lambda x: fn(x, -1), [x.requires_grad_()], [fwd, bwd])
+
+
+@pytest.mark.parametrize("kind", OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_rows_many_rows_and_infinities(kind, dtype, long_row_limits):
+    long_row_limits(single_max=64, slice_cols=128)
+    fn, fwd, bwd = OPS[kind]
+    x = _with_inf(make(37, 1000, dtype=dtype, scale=4.0), 128)  # 8 slices, the last one partial
+    compare(lambda x: fn(x, -1), [x], [fwd, bwd])
+
+
+@pytest.mark.parametrize("kind", OPS)
+@pytest.mark.parametrize("limits", [(64, 128, 1024), (64, 32, 4), (16384, 16384, 1024)])
+def test_rows_of_only_minus_infinity_are_nan_like_aten(kind, limits, long_row_limits):
+    """On the split (lowered limits), streamed (too many slices) and whole-row paths."""
+    long_row_limits(*limits)
+    fn, fwd, bwd = OPS[kind]
+    x = make(3, 300, scale=4.0, requires_grad=False)
+    x[1] = float("-inf")
+    got = run(lambda x: fn(x, -1), [x.requires_grad_()])
+    ref = run(lambda x: fn(x, -1), [x], scope=pn.triton.disabled())
+    assert got.overridden(fwd) and got.overridden(bwd)
+    for g, r in ((got.out, ref.out), (got.grads[0], ref.grads[0])):
+        assert g[1].isnan().all() and r[1].isnan().all()
+        torch.testing.assert_close(g[::2], r[::2])
+
+
+@pytest.mark.parametrize("kind", OPS)
+def test_split_rows_strided_inputs(kind, long_row_limits):
+    long_row_limits(single_max=64, slice_cols=64)
+    fn, fwd, bwd = OPS[kind]
+    sliced = make(6, 400, requires_grad=False)[:, 7:300].requires_grad_()
+    transposed = make(300, 5, requires_grad=False).t().requires_grad_()
+    compare(lambda x: fn(x, -1), [sliced], [fwd, bwd])
+    compare(lambda x: fn(x, 1), [transposed], [fwd, bwd])
+
+
+@pytest.mark.parametrize("kind", OPS)
+def test_rows_with_too_many_slices_stream(kind, long_row_limits):
+    long_row_limits(single_max=64, slice_cols=32, max_slices=4)
+    fn, fwd, bwd = OPS[kind]
+    compare(lambda x: fn(x, -1), [_with_inf(make(5, 300, scale=4.0), 32)], [fwd, bwd])
+
+
+@pytest.mark.parametrize("kind", OPS)
+def test_wide_single_program_rows_with_lowered_limit(kind, long_row_limits):
+    """Rows between the packed kernels' limit and the single-program limit, many of them."""
+    long_row_limits(single_max=512, slice_cols=128)
+    fn, fwd, bwd = OPS[kind]
+    compare(lambda x: fn(x, -1), [_with_inf(make(33, 300, scale=4.0), 64)], [fwd, bwd])

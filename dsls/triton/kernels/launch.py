@@ -78,15 +78,8 @@ def row_config(n_rows: int, n_cols: int) -> RowConfig:
 
 
 @functools.lru_cache(maxsize=16)
-def _sm_count(index: int) -> int:
+def sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def program_slots(device: torch.device) -> int:
-    """How many persistent programs fill the device (a few per SM; a handful in the interpreter)."""
-    if device.type != "cuda":
-        return 4
-    return 4 * _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ chunks: an online max/sum pass, then a pass that writes the result.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import triton
 import triton.language as tl
@@ -134,16 +136,15 @@ _BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
     """(Log-)softmax of each row of ``x``: a contiguous tensor of ``out_dtype`` shaped like ``x``."""
     m, n = rows.n_rows, rows.n_cols
+    if n > MAX_ROW_BLOCK:
+        return _long_rows().forward(x, rows, out_dtype, log).view(x.shape)
     # empty_like is the cheapest allocation call from Python; rows are written row-major.
     y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
-    if n <= MAX_ROW_BLOCK:
-        cfg = row_config(m, n)
-        _FWD(
-            ((m + cfg.block_m - 1) // cfg.block_m,), (x, y, m, n, rows.row_stride, rows.col_stride),
-            cfg.num_warps, log, cfg.block_m, cfg.block_n,
-        )
-    else:
-        _FWD_LOOPED((m,), (x, y, n, rows.row_stride, rows.col_stride), LOOP_WARPS, log, LOOP_BLOCK)
+    cfg = row_config(m, n)
+    _FWD(
+        ((m + cfg.block_m - 1) // cfg.block_m,), (x, y, m, n, rows.row_stride, rows.col_stride),
+        cfg.num_warps, log, cfg.block_m, cfg.block_n,
+    )
     return y
 
 
@@ -157,14 +158,20 @@ def backward(
 ) -> torch.Tensor:
     """Input gradient of (log-)softmax from its output ``y``: a contiguous tensor shaped like ``y``."""
     m, n = y_rows.n_rows, y_rows.n_cols
+    if n > MAX_ROW_BLOCK:
+        return _long_rows().backward(dy, dy_rows, y, y_rows, out_dtype, log).view(y.shape)
     dx = torch.empty_like(y, dtype=out_dtype, memory_format=torch.contiguous_format)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
-    if n <= MAX_ROW_BLOCK:
-        cfg = row_config(m, n)
-        _BWD(
-            ((m + cfg.block_m - 1) // cfg.block_m,), (dy, y, dx, m, n, *strides),
-            cfg.num_warps, log, cfg.block_m, cfg.block_n,
-        )
-    else:
-        _BWD_LOOPED((m,), (dy, y, dx, n, *strides), LOOP_WARPS, log, LOOP_BLOCK)
+    cfg = row_config(m, n)
+    _BWD(
+        ((m + cfg.block_m - 1) // cfg.block_m,), (dy, y, dx, m, n, *strides),
+        cfg.num_warps, log, cfg.block_m, cfg.block_n,
+    )
     return dx
+
+
+def _long_rows() -> ModuleType:
+    """The long-row paths (imported on first use: that module builds on the kernels here)."""
+    from . import softmax_long
+
+    return softmax_long

@@ -1,0 +1,265 @@
+"""Layer norm and RMS norm backward: dx in one pass over the rows, dweight/dbias in a second stage.
+
+Rows up to ``tuning.NORM_BWD_REGISTER_MAX`` wide are held whole in registers. A persistent grid
+(a couple of programs per SM) gives each program one contiguous block of rows; it writes dx and
+keeps its share of dw/db in fp32 registers, stored once as a row of a ``[programs, 2N]`` partial
+buffer (dw in the first N columns, db in the next N). Traffic: x and dy read once, dx written
+once, plus ``programs x N`` fp32 partials written and read back (L2-resident).
+
+Wider rows are streamed. A first kernel reads x and dy once per row, in column chunks, to form
+the two per-row sums the dx formula needs; a second walks column strips down blocks of rows,
+reading x and dy again to write dx and accumulate that strip's dw/db in registers. Traffic:
+x and dy read twice, dx written once.
+
+Either way one column-parallel kernel folds the partial rows into dw/db.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dsls.triton.ops._layout import Rows
+
+from . import tuning
+from .launch import Launcher, cast_out
+
+
+@triton.jit
+def _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
+    """Normalized input and the gradient reaching it through the weight, in fp32."""
+    x = x.to(tl.float32)
+    dy = dy.to(tl.float32)
+    if IS_RMS:
+        xhat = x * rstd[:, None]
+    else:
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+    if HAS_W:
+        g = dy * w[None, :]
+    else:
+        g = dy
+    return xhat, dy, g
+
+
+@triton.jit
+def _norm_bwd_rows_kernel(
+    DY, X, W, MEAN, RSTD, DX, PART,
+    n_rows, n_cols, rows_per_program, stride_dym, stride_dyn, stride_xm, stride_xn,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    first = pid * rows_per_program
+    last = tl.minimum(first + rows_per_program, n_rows)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) if HAS_W else None
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+
+    for start in range(first, last, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < last
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows = rows.to(tl.int64)
+        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+        mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
+        xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
+        if NEED_DX:
+            c1 = tl.sum(xhat * g, axis=1) / n_cols
+            if IS_RMS:
+                dx = (g - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.sum(g, axis=1) / n_cols
+                dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
+        if NEED_DW:
+            dw += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db += tl.sum(dy, axis=0)
+
+    part = PART + pid.to(tl.int64) * (2 * n_cols)
+    if NEED_DW:
+        tl.store(part + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(part + n_cols + cols, db, mask=col_ok)
+
+
+@triton.jit
+def _norm_bwd_row_sums_kernel(
+    DY, X, W, MEAN, RSTD, C1, C2,
+    n_rows, n_cols, stride_dym, stride_dyn, stride_xm, stride_xn,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Per row: ``c1 = mean(xhat * g)`` and (layer norm) ``c2 = mean(g)``, streamed over columns."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    rows = rows.to(tl.int64)
+    rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+    mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
+    acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) if HAS_W else None
+        xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
+        acc1 += xhat * g
+        if not IS_RMS:
+            acc2 += g
+    tl.store(C1 + rows, tl.sum(acc1, axis=1) / n_cols, mask=row_ok)
+    if not IS_RMS:
+        tl.store(C2 + rows, tl.sum(acc2, axis=1) / n_cols, mask=row_ok)
+
+
+@triton.jit
+def _norm_bwd_cols_kernel(
+    DY, X, W, MEAN, RSTD, C1, C2, DX, PART,
+    n_rows, n_cols, rows_per_program, stride_dym, stride_dyn, stride_xm, stride_xn,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
+    NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """A column strip (axis 0) down one block of rows (axis 1): dx, and the strip's dw/db partials."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    group = tl.program_id(1)
+    first = group * rows_per_program
+    last = tl.minimum(first + rows_per_program, n_rows)
+    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) if HAS_W else None
+    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(first, last, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_ok = rows < last
+        mask = row_ok[:, None] & col_ok[None, :]
+        rows = rows.to(tl.int64)
+        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+        mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
+        xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
+        if NEED_DX:
+            c1 = tl.load(C1 + rows, mask=row_ok, other=0.0)
+            if IS_RMS:
+                dx = (g - xhat * c1[:, None]) * rstd[:, None]
+            else:
+                c2 = tl.load(C2 + rows, mask=row_ok, other=0.0)
+                dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
+            tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
+        if NEED_DW:
+            dw += tl.sum(dy * xhat, axis=0)
+        if NEED_DB:
+            db += tl.sum(dy, axis=0)
+    part = PART + group.to(tl.int64) * (2 * n_cols)
+    if NEED_DW:
+        tl.store(part + cols, dw, mask=col_ok)
+    if NEED_DB:
+        tl.store(part + n_cols + cols, db, mask=col_ok)
+
+
+@triton.jit
+def _column_sum_kernel(PART, OUT, n_parts, part_stride, n_cols, col_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``OUT[c] = sum_p PART[p, col_offset + c]`` over one strip of columns, ``BLOCK_M`` partial rows
+    at a time."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_parts, BLOCK_M):
+        parts = start + tl.arange(0, BLOCK_M)
+        mask = (parts < n_parts)[:, None] & col_ok[None, :]
+        ptrs = PART + parts.to(tl.int64)[:, None] * part_stride + col_offset + cols[None, :]
+        acc += tl.load(ptrs, mask=mask, other=0.0)
+    tl.store(OUT + cols, tl.sum(acc, axis=0), mask=col_ok)
+
+
+_FLAGS = ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_N")
+_ROWS = Launcher(_norm_bwd_rows_kernel, _FLAGS)
+_ROW_SUMS = Launcher(_norm_bwd_row_sums_kernel, ("IS_RMS", "HAS_W", "BLOCK_M", "BLOCK_N"))
+_COLS = Launcher(_norm_bwd_cols_kernel, _FLAGS)
+_COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"))
+
+
+def _split_rows(n_rows: int, block_m: int, programs: int) -> tuple[int, int]:
+    """``(programs, rows_per_program)``: contiguous row blocks, a multiple of ``block_m`` each."""
+    blocks = triton.cdiv(n_rows, block_m)
+    per_program = triton.cdiv(blocks, max(1, min(blocks, programs))) * block_m
+    return triton.cdiv(n_rows, per_program), per_program
+
+
+def _reduce_partials(part: torch.Tensor, n_parts: int, n: int, need_dw: bool, need_db: bool):
+    """Fold the partial rows into ``(dw, db)`` fp32 vectors (None where not needed); one launch
+    covers both when both are needed (they sit side by side in each partial row)."""
+    width = n * (need_dw + need_db)
+    offset = 0 if need_dw else n
+    cfg = tuning.tile("column_sum", torch.float32, width)
+    total = torch.empty((width,), dtype=torch.float32, device=part.device)
+    _COLUMN_SUM(
+        (triton.cdiv(width, cfg.block_n),), (part, total, n_parts, 2 * n, width, offset),
+        cfg.num_warps, cfg.block_m, cfg.block_n,
+    )
+    if need_dw and need_db:
+        return total[:n], total[n:]
+    return (total, None) if need_dw else (None, total)
+
+
+def backward(
+    dy: torch.Tensor,
+    dy_rows: Rows,
+    x: torch.Tensor,
+    x_rows: Rows,
+    mean: torch.Tensor | None,
+    rstd: torch.Tensor,
+    weight: torch.Tensor | None,
+    need: tuple[bool, bool, bool],
+    rms: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients ``(dx [M, N], dw [N] fp32, db [N] fp32)``; entries not in ``need`` are None."""
+    need_dx, need_dw, need_db = need
+    if not any(need):
+        return None, None, None
+    m, n = x_rows.n_rows, x_rows.n_cols
+    reduce = need_dw or need_db
+    slots = tuning.persistent_programs(x.device)
+    dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
+    strides = (dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride)
+    flags = (rms, weight is not None, need_dx, need_dw, need_db)
+    w = x if weight is None else weight
+    stat = rstd if mean is None else mean
+    if n <= tuning.NORM_BWD_REGISTER_MAX:
+        cfg = tuning.tile("norm_bwd_rows", x.dtype, n)
+        programs, per_program = _split_rows(m, cfg.block_m, slots if reduce else triton.cdiv(m, cfg.block_m))
+        part = torch.empty((programs, 2 * n), dtype=torch.float32, device=x.device) if reduce else rstd
+        _ROWS(
+            (programs,), (dy, x, w, stat, rstd, x if dx is None else dx, part, m, n, per_program, *strides),
+            cfg.num_warps, *flags, cfg.block_m, triton.next_power_of_2(n),
+        )
+    else:
+        c1 = c2 = rstd
+        if need_dx:
+            sums = tuning.tile("norm_bwd_row_sums", x.dtype, n)
+            c1 = torch.empty((m,), dtype=torch.float32, device=x.device)
+            c2 = c1 if rms else torch.empty((m,), dtype=torch.float32, device=x.device)
+            _ROW_SUMS(
+                (triton.cdiv(m, sums.block_m),), (dy, x, w, stat, rstd, c1, c2, m, n, *strides),
+                sums.num_warps, rms, weight is not None, sums.block_m, sums.block_n,
+            )
+        cfg = tuning.tile("norm_bwd_cols", x.dtype, n)
+        strips = triton.cdiv(n, cfg.block_n)
+        wanted = max(1, slots // strips) if reduce else triton.cdiv(m, cfg.block_m)
+        programs, per_program = _split_rows(m, cfg.block_m, wanted)
+        part = torch.empty((programs, 2 * n), dtype=torch.float32, device=x.device) if reduce else rstd
+        _COLS(
+            (strips, programs),
+            (dy, x, w, stat, rstd, c1, c2, x if dx is None else dx, part, m, n, per_program, *strides),
+            cfg.num_warps, *flags, cfg.block_m, cfg.block_n,
+        )
+    dw, db = _reduce_partials(part, programs, n, need_dw, need_db) if reduce else (None, None)
+    return dx, dw, db
