@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "status": "status",
     "demo": "demo",
+    "verify": "verify",
 }
 
 
