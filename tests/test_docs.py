@@ -20,7 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
-ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1"}
+# The checkout under test comes first on the path, whichever copy the environment has installed.
+ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1",
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.S | re.M)
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,12 +14,15 @@ import torch
 import python_native as pn
 from python_native import verify
 
-ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1"}
+ROOT = Path(__file__).resolve().parent.parent
+# The checkout under test comes first on the path, whichever copy the environment has installed.
+ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1",
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "python_native", "verify", *args],
-                          env=ENV, capture_output=True, text=True, timeout=600)
+                          env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_softmax_json_passes_and_covers_forward_and_backward():
