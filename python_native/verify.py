@@ -157,12 +157,20 @@ DRIVERS: dict[str, Driver] = {
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}
 
 
-def _opinfo_samples(names: Sequence[str], dtype: torch.dtype, device: str) -> Iterator[Sample]:
-    """OpInfo samples of ``names``; skipped quietly where torch's test tables are not importable."""
+def opinfo_problem() -> str | None:
+    """Why torch's OpInfo tables cannot be used here (they need ``expecttest``), or None."""
     try:
-        from torch.testing._internal.common_methods_invocations import op_db
-    except Exception:  # torch installs without its test tables
+        import torch.testing._internal.common_methods_invocations  # noqa: F401
+    except Exception as e:  # a torch install without its test tables or their dependencies
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _opinfo_samples(names: Sequence[str], dtype: torch.dtype, device: str) -> Iterator[Sample]:
+    """OpInfo samples of ``names``; none where torch's test tables are not importable."""
+    if opinfo_problem() is not None:
         return
+    from torch.testing._internal.common_methods_invocations import op_db
     for info in op_db:
         label = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
         if label not in names or dtype not in info.supported_dtypes(device):
@@ -319,6 +327,7 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
     return {
         "ok": ok,
         "rows": [{**asdict(r), "status": r.status} for r in rows],
+        "opinfo": opinfo_problem() or "used",
         "coverage": {"installed": len(checked), "covered": sum(coverage.values()), "ops": coverage,
                      "unchecked": sorted(unchecked)},
     }
@@ -336,6 +345,8 @@ def render(report: dict) -> str:
     out.append(f"coverage: {cov['covered']}/{cov['installed']} overrides fired"
                + (f"; never fired: {', '.join(k for k, v in cov['ops'].items() if not v)}"
                   if cov["covered"] < cov["installed"] else ""))
+    if report["opinfo"] != "used":
+        out.append(f"OpInfo samples unavailable ({report['opinfo']}); pip install expecttest to add them")
     out.append("all overrides match aten" if report["ok"] else "MISMATCH: see above")
     return "\n".join(out)
 
