@@ -17,6 +17,7 @@ COMMANDS = {
     "demo": "demo",
     "bench": "bench",
     "precompile": "precompile",
+    "verify": "verify",
 }
 
 

@@ -14,6 +14,7 @@ import python_native as pn  # first: importing dsls.triton before python_native 
 
 # isort: split
 import dsls.triton as backend
+from python_native import verify
 
 requires_triton = pytest.mark.skipif(
     not backend.runtime_available(), reason=f"triton backend unavailable: {backend.unavailable_reason()}"
@@ -72,8 +73,7 @@ def run(
     return Run(out.detach(), [t.grad for t in leaves], list(trace.events))
 
 
-# torch.testing.assert_close defaults: (rtol, atol).
-TOLERANCES = {torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
+TOLERANCES = verify.TOLERANCES
 
 
 @pytest.fixture(autouse=True)
@@ -83,29 +83,9 @@ def seeded() -> None:
 
 
 def assert_matches(got: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor, what: str, grad: bool = False) -> None:
-    """``got`` is within the dtype's default tolerance of aten's ``ref``, or no further from the
-    float64 ``truth`` than ``ref`` is (plus that tolerance).
-
-    The second clause admits results more accurate than aten's: its CPU kernels accumulate some
-    half-precision reductions (layer norm's weight gradient, for one) in half precision. For
-    half-precision gradients the absolute tolerance also scales with the largest gradient: they
-    are sums of many rounded terms whose cancellation leaves small elements with errors of the
-    terms' size, not of their own.
-    """
-    assert got.shape == ref.shape and got.dtype == ref.dtype, f"{what}: {got.shape}/{got.dtype} vs {ref.shape}/{ref.dtype}"
-    rtol, atol = TOLERANCES[got.dtype]
-    g, r, t = got.double(), ref.double(), truth.double()
-    if grad and got.dtype != torch.float32 and t.numel():
-        atol += rtol * t.abs().max().item()
-    close = (g - r).abs() <= atol + rtol * r.abs()
-    no_worse = (g - t).abs() <= (r - t).abs() + atol + rtol * t.abs()
-    ok = close | no_worse | (g == r) | (g.isnan() & r.isnan())
-    if not bool(ok.all()):
-        i = int((~ok).flatten().nonzero()[0])
-        raise AssertionError(
-            f"{what}: {int((~ok).sum())}/{ok.numel()} elements off; first at flat index {i}: "
-            f"got {g.flatten()[i].item()}, aten {r.flatten()[i].item()}, float64 {t.flatten()[i].item()}"
-        )
+    """``got`` passes ``python_native.verify.mismatch`` against aten's ``ref`` and the float64 ``truth``."""
+    why = verify.mismatch(got, ref, truth, what, grad=grad)
+    assert why is None, why
 
 
 def compare(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], ops: Iterable[str]) -> Run:

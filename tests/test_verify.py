@@ -1,0 +1,80 @@
+"""``python -m python_native verify``: overrides checked against aten through the CLI and the API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import python_native as pn
+from python_native import verify
+
+ROOT = Path(__file__).resolve().parent.parent
+# The checkout under test comes first on the path, whichever copy the environment has installed.
+ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1",
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "python_native", "verify", *args],
+                          env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_softmax_json_passes_and_covers_forward_and_backward():
+    proc = _cli("--op", "_softmax", "--json", "--max-samples", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"]
+    assert {r["op"] for r in report["rows"]} == {"_softmax", "_softmax_backward_data"}
+    assert {r["dtype"] for r in report["rows"]} == {"float32", "float16", "bfloat16"}
+    assert all(r["fired"] > 0 and r["status"] == "ok" for r in report["rows"])
+    assert report["coverage"]["ops"] == {"_softmax": True, "_softmax_backward_data": True}
+
+
+def test_full_run_covers_every_installed_override():
+    proc = _cli("--json", "--max-samples", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    cov = report["coverage"]
+    assert report["ok"] and cov["covered"] == cov["installed"] > 0 and not cov["unchecked"]
+    installed = {o.op for o in pn.overrides() if o.derived_from is None and o.dispatch_key == "CPU"}
+    assert set(cov["ops"]) == installed
+
+
+def test_unknown_op_is_a_clear_error():
+    proc = _cli("--op", "nosuch")
+    assert proc.returncode != 0
+    assert "'nosuch'" in proc.stderr and "_softmax" in proc.stderr
+
+
+def _wrong_softmax(self, dim, half_to_float):
+    return torch.zeros_like(self)
+
+
+def _raising_impl(self, dim, half_to_float):
+    raise RuntimeError("kernel cannot do this")
+
+
+@pytest.mark.parametrize("impl, expected", [(_wrong_softmax, "elements off"), (_raising_impl, "raised on input its cond accepted")])
+def test_bad_override_is_reported(impl, expected):
+    handle = pn.register_op_override("triton", "aten", "_softmax", "CPU", lambda *a: True, impl, priority=100)
+    try:
+        report = verify.verify(op="_softmax", max_samples=2, dtypes=(torch.float32,))
+    finally:
+        handle.remove()
+    assert not report["ok"]
+    softmax = next(r for r in report["rows"] if r["op"] == "_softmax")
+    assert softmax["status"] == "FAIL" and any(expected in f for f in softmax["failures"])
+    assert "MISMATCH" in verify.render(report)
+
+
+def test_mismatch_admits_results_closer_to_float64_than_aten():
+    truth = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    aten = torch.tensor([1.5, 2.0])
+    assert verify.mismatch(torch.tensor([1.0, 2.0]), aten, truth, "x") is None
+    assert "1/2 elements off" in verify.mismatch(torch.tensor([3.0, 2.0]), aten, truth, "x")
