@@ -123,7 +123,7 @@ def _prebound_bookkeeping(number: int, repeat: int) -> tuple[float, float]:
 
     import torch
 
-    from dsls.triton.kernels import launch
+    from python_native_dsls.triton.kernels import launch
 
     compiled = types.SimpleNamespace(run=lambda *args: None, function=None, packed_metadata=None)
     params = [types.SimpleNamespace(name=n, is_constexpr=n.isupper()) for n in "abcdefLMN"]
@@ -146,10 +146,10 @@ def main(argv: list[str]) -> int:
     args = _select_backend(argv)
     import torch
 
-    import dsls.triton as backend
     import python_native as pn  # noqa: F401  (installs the overrides)
-    from dsls.triton.kernels.launch import stubbed_launches
-    from dsls.triton.ops import all_overrides
+    import python_native_dsls.triton as backend
+    from python_native_dsls.triton.kernels.launch import stubbed_launches
+    from python_native_dsls.triton.ops import all_overrides
 
     device = backend.device_type()
     installed = {spec.op for spec in all_overrides()}

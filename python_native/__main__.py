@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv.insert(0, next(iter(COMMANDS)))  # `python -m python_native --json` is the status report
     args = _parser().parse_args(argv)
-    return args._module.run(args)
+    try:
+        return args._module.run(args)
+    except BrokenPipeError:  # `python -m python_native | head`: the reader left, nothing to report
+        sys.stdout = None
+        return 0
 
 
 if __name__ == "__main__":

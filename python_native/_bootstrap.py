@@ -17,7 +17,7 @@ from python_native import dsl_registry, env
 
 log = logging.getLogger("python_native")
 
-BUILTIN_DSLS = {"triton": "dsls.triton", "cutedsl": "dsls.cutedsl"}
+BUILTIN_DSLS = {"triton": "python_native_dsls.triton", "cutedsl": "python_native_dsls.cutedsl"}
 
 _loaded: set[str] = set()
 _lock = threading.Lock()
@@ -30,8 +30,9 @@ def load_builtin_dsls() -> None:
     adopted into this registry last (see ``native_bridge``). A backend that fails is logged and
     skipped: it must never break ``import torch``.
     """
-    from python_native import native_bridge
+    from python_native import _source_tree, native_bridge
 
+    _source_tree.alias_backends_folder()
     _guarded("detach torch._native's routers", native_bridge.detach)
     for name, module_name in BUILTIN_DSLS.items():
         _load_backend(name, module_name)

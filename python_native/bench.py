@@ -393,7 +393,7 @@ def pick_device(quick: bool) -> str:
     """``cuda`` when the backend runs on a GPU; ``cpu`` in interpreter mode (a warning for full shapes)."""
     if not pn.triton.available:
         raise RuntimeError(f"triton DSL unavailable: {pn.triton.unavailable_reason}")
-    from dsls.triton import device_type
+    from python_native_dsls.triton import device_type
 
     device = device_type()
     if device == "cpu" and not quick:
@@ -474,8 +474,8 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
     """
     import datetime
 
-    from dsls.triton.ops import all_overrides
     from python_native import calibration
+    from python_native_dsls.triton.ops import all_overrides
 
     timer = gpu_timer() if device == "cuda" else cpu_timer()
     builders = _calibration_args()

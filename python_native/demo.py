@@ -120,7 +120,7 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
 
 def _why_not(device: str) -> str | None:
     """Why the Triton overrides cannot serve this run, or None."""
-    import dsls.triton as backend
+    import python_native_dsls.triton as backend
 
     reason = backend.unavailable_reason()
     if device == "cpu" and not backend.interpret_mode():
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def collect(args: argparse.Namespace) -> dict:
     """Run the demo and return its results as plain data (what ``--json`` prints)."""
-    import dsls.triton as backend
+    import python_native_dsls.triton as backend
 
     # In interpreter mode the overrides sit at the CPU key, so the demo runs on CPU even with a GPU.
     use_cuda = torch.cuda.is_available() and not backend.interpret_mode()

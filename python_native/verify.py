@@ -293,6 +293,15 @@ def _device_of(dispatch_key: str) -> str:
     return "cuda" if dispatch_key.lower() in ("cuda", "autogradcuda") else "cpu"
 
 
+def _why_not_here(o) -> str | None:
+    """Why an installed override cannot be exercised on this machine (None: it can)."""
+    if not o.active:
+        return "inactive: switched off, or its DSL cannot run here"
+    if _device_of(o.dispatch_key) == "cuda" and not torch.cuda.is_available():
+        return f"installed at {o.dispatch_key}, and this machine has no CUDA device"
+    return None
+
+
 def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[torch.dtype] = DTYPES) -> dict:
     """Check the installed overrides (only ``op``'s and its backward's when given); returns the report."""
     overrides = [o for o in pn.overrides() if o.derived_from is None]
@@ -303,8 +312,13 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
             raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}")
     groups: dict[tuple[str, str, str], list[str]] = {}
     unchecked: list[str] = []
+    skipped: dict[str, str] = {}
     for o in overrides:
         forward = FORWARD_OF.get(o.op, o.op)
+        why_not = _why_not_here(o)
+        if why_not is not None:
+            skipped[o.op] = why_not
+            continue
         if forward not in DRIVERS:
             unchecked.append(o.op)
             continue
@@ -321,7 +335,7 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
                 _check_sample(sample, forward, dsl, by_name)
             rows.extend(by_name.values())
     fired = {r.op for r in rows if r.fired}
-    checked = sorted({o.op for o in overrides})
+    checked = sorted({o.op for o in overrides if o.op not in skipped and o.op not in unchecked})
     coverage = {name: name in fired for name in checked}
     ok = all(not r.failures for r in rows) and all(coverage.values())
     return {
@@ -329,7 +343,7 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
         "rows": [{**asdict(r), "status": r.status} for r in rows],
         "opinfo": opinfo_problem() or "used",
         "coverage": {"installed": len(checked), "covered": sum(coverage.values()), "ops": coverage,
-                     "unchecked": sorted(unchecked)},
+                     "unchecked": sorted(unchecked), "skipped": skipped},
     }
 
 
@@ -345,6 +359,9 @@ def render(report: dict) -> str:
     out.append(f"coverage: {cov['covered']}/{cov['installed']} overrides fired"
                + (f"; never fired: {', '.join(k for k, v in cov['ops'].items() if not v)}"
                   if cov["covered"] < cov["installed"] else ""))
+    out += [f"not checked here: {name} ({why})" for name, why in cov.get("skipped", {}).items()]
+    if cov.get("unchecked"):
+        out.append(f"no samples to check with (not verified): {', '.join(cov['unchecked'])}")
     if report["opinfo"] != "used":
         out.append(f"OpInfo samples unavailable ({report['opinfo']}); pip install expecttest to add them")
     out.append("all overrides match aten" if report["ok"] else "MISMATCH: see above")

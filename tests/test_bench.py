@@ -10,7 +10,7 @@ import torch
 import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
-import dsls.triton as backend
+import python_native_dsls.triton as backend
 from python_native import bench, calibration
 from python_native.__main__ import main
 

@@ -14,7 +14,7 @@ import torch
 import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
-import dsls.triton as backend
+import python_native_dsls.triton as backend
 from python_native import calibration
 
 FAKE_DEVICE = "Fake GPU 80GB/sm99"
@@ -147,7 +147,7 @@ def test_register_overrides_binds_plain_conds_without_tables_and_gates_with_one(
         recorded[op] = cond
 
     monkeypatch.setattr(pn, "register_op_override", record)
-    from dsls.triton.ops import all_overrides
+    from python_native_dsls.triton.ops import all_overrides
 
     plain = {spec.op: spec.cond for spec in all_overrides()}
     monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))  # an empty folder: no table anywhere

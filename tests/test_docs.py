@@ -49,9 +49,12 @@ def test_page_examples_run(page: Path, tmp_path: Path):
 
 _DISABLE_CHECK = """
 import torch, python_native as pn
-assert "triton" in pn.all_dsls and pn.overrides() == [], pn.overrides()
+from python_native import native_bridge
+builtin = [o for o in pn.overrides() if native_bridge.origin_of(o) is None]
+assert "triton" in pn.all_dsls and builtin == [], builtin
+assert not any(o.active for o in pn.overrides()), pn.overrides()
 h = pn.register_op_override("triton", "aten", "neg", "CPU", lambda x: True, lambda x: x * 0)
-assert pn.overrides() == [h] and "inactive" in repr(h)
+assert h in pn.overrides() and "inactive" in repr(h)
 pn.triton.enable(); pn.enable_operations("neg")
 with pn.trace() as t:
     y = torch.neg(torch.ones(2))
@@ -62,7 +65,7 @@ assert y.tolist() == [-1.0, -1.0] and t.ops("override") == [], t.events
 @pytest.mark.parametrize("name", ["PYTHON_NATIVE_DISABLE", "TORCH_DISABLE_NATIVE_JIT"])
 def test_disable_switch_does_what_the_user_guide_says(name: str, tmp_path: Path):
     row = next(line for line in (DOCS / "user-guide.md").read_text().splitlines() if "PYTHON_NATIVE_DISABLE=1" in line)
-    assert name in row and "`pn.overrides()` is empty" in row and "listed as inactive" in row
+    assert name in row and "install no overrides" in row and "listed as inactive" in row
     env = {k: v for k, v in ENV.items() if k not in ("PYTHON_NATIVE_DISABLE", "TORCH_DISABLE_NATIVE_JIT")}
     proc = _python(_DISABLE_CHECK, {**env, name: "1"}, tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -22,7 +22,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import torch
     import python_native as pn
-    from dsls.triton.ops import all_overrides
+    from python_native_dsls.triton.ops import all_overrides
 expected = sorted({s.op for s in all_overrides()})
 installed = sorted({o.op for o in pn.overrides() if o.dsl == "triton" and o.derived_from is None})
 messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning) and "ORDER_FN" in str(w.message)]
@@ -52,11 +52,11 @@ def work(i):
     try:
         barrier.wait(timeout=30)
         if i % 2:
-            import dsls.triton as t
+            import python_native_dsls.triton as t
             import python_native as pn
         else:
             import python_native as pn
-            import dsls.triton as t
+            import python_native_dsls.triton as t
         assert pn.triton.name == "triton" and callable(t.register_overrides)
         assert "triton" in pn.all_dsls
     except BaseException:
@@ -68,7 +68,7 @@ for t in threads:
 for t in threads:
     t.join()
 import python_native as pn
-from dsls.triton.ops import all_overrides
+from python_native_dsls.triton.ops import all_overrides
 expected = {s.op for s in all_overrides()}
 installed = {o.op for o in pn.overrides() if o.dsl == "triton" and o.derived_from is None}
 assert installed == expected, (installed, expected)

@@ -1,7 +1,7 @@
 """CuTe DSL backend (``nvidia-cutlass-dsl``): availability, version and the registration of its op library.
 
 Nothing here imports cutlass: availability comes from package metadata and the CUDA device, the
-kernels live in ``dsls.cutedsl.kernels`` and are compiled (or read from the on-disk kernel cache)
+kernels live in ``python_native_dsls.cutedsl.kernels`` and are compiled (or read from the on-disk kernel cache)
 by each impl on its first call. Overrides sit at the CUDA key, and only where a CUDA device of
 compute capability 8.0 or newer is present.
 """

@@ -1,7 +1,7 @@
 """Triton backend: availability checks and the registration of its op library.
 
 Nothing here imports triton. Availability comes from package metadata; the kernels live in
-``dsls.triton.kernels`` and are imported by each impl on its first call.
+``python_native_dsls.triton.kernels`` and are imported by each impl on its first call.
 
 With ``PYTHON_NATIVE_TRITON_INTERPRET=1`` (or Triton's own ``TRITON_INTERPRET=1``) the backend is
 available without a GPU: overrides sit at the CPU dispatch key and Triton's interpreter runs the

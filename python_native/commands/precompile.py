@@ -38,7 +38,7 @@ def _selected(entries: list, args: argparse.Namespace) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dsls import cutedsl
+    from python_native_dsls import cutedsl
 
     problem = cutedsl._install_problem()
     if problem is not None:
@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # Compiling needs no device; hiding devices keeps the compiler from probing one.
     os.environ.setdefault("CUTE_DSL_ARCH", args.arch)
-    from dsls.cutedsl.ops import precompile_variants
     from python_native.kernel_cache import KernelCache
+    from python_native_dsls.cutedsl.ops import precompile_variants
 
     entries = _selected(precompile_variants(), args)
     if not entries:
         print("precompile: no specialization matches the given --op/--dtype/--size-class filters")
         return 1
-    from dsls.cutedsl.kernels import compiler
+    from python_native_dsls.cutedsl.kernels import compiler
 
     cache = KernelCache(args.cache_dir) if args.cache_dir else KernelCache()
     results, failed = [], 0

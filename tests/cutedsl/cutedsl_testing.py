@@ -8,7 +8,7 @@ import torch
 import python_native as pn  # noqa: F401  (first: mounts the control plane and registers the DSLs)
 
 # isort: split
-import dsls.cutedsl as backend
+import python_native_dsls.cutedsl as backend
 
 INSTALLED = backend._install_problem() is None
 requires_cutlass = pytest.mark.skipif(not INSTALLED, reason=f"CuTe DSL not installed: {backend._install_problem()}")

@@ -10,14 +10,14 @@ import torch
 from cutedsl_testing import INSTALLED, requires_cutlass
 
 import python_native as pn
-from dsls.cutedsl import ops
+from python_native_dsls.cutedsl import ops
 
 
 def test_importing_python_native_imports_no_cutlass():
     code = (
         "import sys, torch, python_native as pn\n"
         "pn.cutedsl.available, pn.cutedsl.version, pn.cutedsl.unavailable_reason\n"
-        "import dsls.cutedsl.ops\n"
+        "import python_native_dsls.cutedsl.ops\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('cutlass', 'tvm_ffi'))\n"
         "print(bad)\n"
     )
@@ -56,7 +56,7 @@ def test_every_family_declares_overrides_and_precompile_variants():
 
 def test_conds_reject_what_the_kernels_do_not_take():
     """Metadata-only checks; a CPU tensor is never taken, and neither is a non-unit column stride."""
-    from dsls.cutedsl.ops import _rows, layer_norm, rms_norm, softmax
+    from python_native_dsls.cutedsl.ops import _rows, layer_norm, rms_norm, softmax
 
     x = torch.randn(4, 8)
     assert not rms_norm.rms_norm_cond(x, [8], None, None)

@@ -164,7 +164,7 @@ def test_second_process_loads_from_the_disk_cache(tmp_path):
 
     code = (
         "import torch, torch.nn.functional as F, python_native as pn\n"
-        "from dsls.cutedsl.kernels import compiler\n"
+        "from python_native_dsls.cutedsl.kernels import compiler\n"
         "x = torch.randn(4, 256, device='cuda')\n"
         "with pn.triton.disabled():\n"
         "    F.softmax(x, -1)\n"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from cutedsl_testing import requires_cutlass
 
-from dsls.cutedsl.ops import layer_norm, rms_norm, softmax
+from python_native_dsls.cutedsl.ops import layer_norm, rms_norm, softmax
 
 pytestmark = requires_cutlass
 
@@ -54,7 +54,7 @@ def test_impl_binds_the_compiled_signature(name):
 
 
 def test_vector_flags_need_whole_aligned_chunks():
-    from dsls.cutedsl.ops._rows import as_rows, vector_flags
+    from python_native_dsls.cutedsl.ops._rows import as_rows, vector_flags
 
     x = x16(4, 64)
     assert vector_flags(as_rows(x, 1), x, x16(64)) == ("vec",)
@@ -67,8 +67,8 @@ def test_vector_flags_need_whole_aligned_chunks():
 
 
 def test_programs_load_once_per_variant():
-    from dsls.cutedsl.kernels import compiler
-    from dsls.cutedsl.ops import _rows
+    from python_native_dsls.cutedsl.kernels import compiler
+    from python_native_dsls.cutedsl.ops import _rows
 
     first = _rows.launcher("softmax_forward", torch.float32, torch.float32, 100, torch.empty(1), "log")
     loaded = len(compiler._functions)

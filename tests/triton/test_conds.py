@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from triton_testing import DEVICE, requires_triton
 
-from dsls.triton.ops import activations, bmm, layer_norm, rms_norm, softmax
+from python_native_dsls.triton.ops import activations, bmm, layer_norm, rms_norm, softmax
 
 pytestmark = requires_triton
 

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from triton_testing import DEVICE, make, requires_triton, seeded  # noqa: F401
 
-import dsls.triton as backend
 import python_native as pn
-from dsls.triton.kernels import launch
+import python_native_dsls.triton as backend
+from python_native_dsls.triton.kernels import launch
 
 pytestmark = requires_triton
 
@@ -190,7 +190,7 @@ def test_launcher_refuses_a_misdeclared_constexpr_order():
 
 @cuda_only
 def test_gpu_second_call_takes_the_prebound_path():
-    from dsls.triton.kernels import softmax
+    from python_native_dsls.triton.kernels import softmax
 
     x = make(8, 64, requires_grad=False)
     with pn.triton.disabled():

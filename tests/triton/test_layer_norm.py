@@ -115,7 +115,7 @@ def test_rows_wider_than_a_register_tile_stream_the_backward(n, dtype):
 def test_many_rows_fold_weight_gradients_from_several_programs(register_max, dtype, monkeypatch):
     """Enough rows for several persistent programs (uneven row blocks), on both backward paths:
     the register path, and the streamed one with the register limit lowered."""
-    from dsls.triton.kernels import tuning
+    from python_native_dsls.triton.kernels import tuning
 
     monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
     x, w, b = make(101, 257, dtype=dtype), make(257, dtype=dtype), make(257, dtype=dtype)
@@ -124,7 +124,7 @@ def test_many_rows_fold_weight_gradients_from_several_programs(register_max, dty
 
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (False, False, True)])
 def test_streamed_backward_respects_output_mask(mask, monkeypatch):
-    from dsls.triton.kernels import tuning
+    from python_native_dsls.triton.kernels import tuning
 
     monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", 32)
     x, w, b = make(37, 90, requires_grad=False), make(90, requires_grad=False), make(90, requires_grad=False)
@@ -141,7 +141,7 @@ def test_streamed_backward_respects_output_mask(mask, monkeypatch):
 
 
 def test_streamed_backward_of_strided_rows(monkeypatch):
-    from dsls.triton.kernels import tuning
+    from python_native_dsls.triton.kernels import tuning
 
     monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", 64)
     rows_of_wider_buffer = make(40, 300, requires_grad=False)[:, :130].requires_grad_()

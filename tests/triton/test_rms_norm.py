@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from triton_testing import DEVICE, DTYPES, KEY, assert_matches, compare, make, requires_triton, seeded  # noqa: F401
 
 import python_native as pn
-from dsls.triton.ops import rms_norm as rms
+from python_native_dsls.triton.ops import rms_norm as rms
 
 pytestmark = requires_triton
 
@@ -163,7 +163,7 @@ def test_backward_streams_rows_wider_than_a_register_tile(n, dtype):
 def test_backward_folds_weight_gradients_from_several_programs(register_max, dtype, affine, monkeypatch):
     """Enough rows for several persistent programs with uneven row blocks, odd widths, on the
     register path and (limit lowered) the streamed path."""
-    from dsls.triton.kernels import tuning
+    from python_native_dsls.triton.kernels import tuning
 
     monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
     x, dy = make(97, 201, dtype=dtype, requires_grad=False), make(97, 201, dtype=dtype, requires_grad=False)
@@ -172,7 +172,7 @@ def test_backward_folds_weight_gradients_from_several_programs(register_max, dty
 
 @pytest.mark.parametrize("register_max", [16384, 64])
 def test_backward_of_strided_rows(register_max, monkeypatch):
-    from dsls.triton.kernels import tuning
+    from python_native_dsls.triton.kernels import tuning
 
     monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
     x = make(30, 400, requires_grad=False)[:, 7:140]  # row stride 400

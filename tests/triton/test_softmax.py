@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
-from dsls.triton.ops import softmax as softmax_ops
-from dsls.triton.ops._layout import reduced_rows
+from python_native_dsls.triton.ops import softmax as softmax_ops
+from python_native_dsls.triton.ops._layout import reduced_rows
 
 pytestmark = requires_triton
 
@@ -29,7 +29,7 @@ def test_matches_aten(kind, dtype, shape, dim):
 
 @pytest.mark.parametrize("kind", OPS)
 def test_long_rows_stream_in_chunks(kind, monkeypatch):
-    import dsls.triton.kernels.softmax as softmax_kernels
+    import python_native_dsls.triton.kernels.softmax as softmax_kernels
 
     # Shrink the single-block limit so the streaming kernels run on a small shape.
     monkeypatch.setattr(softmax_kernels, "MAX_ROW_BLOCK", 64)
@@ -98,8 +98,8 @@ def test_reduced_rows_views():
 @pytest.fixture
 def long_row_limits(monkeypatch):
     """Lower the long-row limits so that small shapes take each long-row path."""
-    import dsls.triton.kernels.softmax as softmax_kernels
-    from dsls.triton.kernels import tuning
+    import python_native_dsls.triton.kernels.softmax as softmax_kernels
+    from python_native_dsls.triton.kernels import tuning
 
     def lower(single_max: int, slice_cols: int, max_slices: int = tuning.SOFTMAX_MAX_SLICES) -> None:
         monkeypatch.setattr(softmax_kernels, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import python_native as pn  # first: importing dsls.triton before python_native skips its registration
+import python_native as pn  # first: importing python_native_dsls.triton before python_native skips its registration
 
 # isort: split
-import dsls.triton as backend
+import python_native_dsls.triton as backend
 from python_native import verify
 
 requires_triton = pytest.mark.skipif(

@@ -97,7 +97,7 @@ def versions() -> dict[str, str]:
     """Versions a binary depends on besides its own source."""
     import torch
 
-    from dsls import cutedsl
+    from python_native_dsls import cutedsl
 
     return {"cutlass-dsl": str(cutedsl.runtime_version()), "torch": torch.__version__, "python-native": package_version()}
 

@@ -1,13 +1,13 @@
 """The CuTe DSL op library: one module per op family, each listing its overrides and the
 specializations ``python -m python_native precompile`` builds ahead of time.
 
-Op modules import neither cutlass nor the kernels; impls import ``dsls.cutedsl.kernels`` on their
+Op modules import neither cutlass nor the kernels; impls import ``python_native_dsls.cutedsl.kernels`` on their
 first call. Shape helpers are the Triton library's (pure metadata checks).
 """
 
 from __future__ import annotations
 
-from dsls.triton.ops import OverrideSpec, _has_kernel
+from python_native_dsls.triton.ops import OverrideSpec, _has_kernel
 
 __all__ = ["OverrideSpec", "all_overrides", "families"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from dsls.cutedsl.kernels.variant import Variant
-from dsls.triton.ops._layout import Rows, as_rows, float_dtype, is_param, normalized_axis, reduced_rows
+from python_native_dsls.cutedsl.kernels.variant import Variant
+from python_native_dsls.triton.ops._layout import Rows, as_rows, float_dtype, is_param, normalized_axis, reduced_rows
 
 __all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows"]
 
@@ -54,7 +54,7 @@ def on_cuda(*tensors: torch.Tensor | None) -> bool:
 
 @functools.cache
 def _capable(index: int | None) -> bool:
-    from dsls.cutedsl import MINIMUM_CAPABILITY
+    from python_native_dsls.cutedsl import MINIMUM_CAPABILITY
 
     return torch.cuda.get_device_capability(index) >= MINIMUM_CAPABILITY
 
@@ -99,7 +99,7 @@ def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.
 
 @functools.cache
 def _arch(index: int | None) -> str:
-    from dsls.cutedsl.kernels.compiler import device_arch
+    from python_native_dsls.cutedsl.kernels.compiler import device_arch
 
     return device_arch(index)
 
@@ -142,7 +142,7 @@ def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: in
     key = (kernel, dtype, out_dtype, threads, flags, like.device.index)
     fn = _launchers.get(key)
     if fn is None:
-        from dsls.cutedsl.kernels.compiler import function
+        from python_native_dsls.cutedsl.kernels.compiler import function
 
         v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
         fn = _launchers[key] = function(v, arch(like))

@@ -117,7 +117,7 @@ OVERRIDES = [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, with and without a weight; the forward also vectorized."""
-    from dsls.cutedsl.kernels.variant import Variant
+    from python_native_dsls.cutedsl.kernels.variant import Variant
 
     out = []
     for dtype in DTYPE_NAMES.values():

@@ -22,9 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from dsls.triton import interpret_mode
-from dsls.triton.ops._layout import MAX_NORM_COLS
 from python_native.speckey import SpecializationCache
+from python_native_dsls.triton import interpret_mode
+from python_native_dsls.triton.ops._layout import MAX_NORM_COLS
 
 # Widest row a single program holds in registers; longer rows decline (norms) or loop (softmax).
 MAX_ROW_BLOCK = MAX_NORM_COLS

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsls.triton.ops._layout import Rows
+from python_native_dsls.triton.ops._layout import Rows
 
 from . import norm_backward
 from .launch import Launcher, cast_out, row_config

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsls.triton.ops._layout import Rows
+from python_native_dsls.triton.ops._layout import Rows
 
 from .launch import MAX_ROW_BLOCK, Launcher, cast_out, row_config
 

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsls.triton.ops._layout import Rows
+from python_native_dsls.triton.ops._layout import Rows
 
 from . import softmax as packed
 from . import tuning

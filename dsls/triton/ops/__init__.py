@@ -34,7 +34,7 @@ def all_overrides() -> list[OverrideSpec]:
     fall back to. On CPU builds ``_fused_rms_norm_backward`` has none, and overriding only the
     forward there would route ``F.rms_norm``'s backward to that missing kernel.
     """
-    from dsls.triton import dispatch_key
+    from python_native_dsls.triton import dispatch_key
 
     from . import _layout, activations, bmm, layer_norm, rms_norm, softmax
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-import dsls.triton as backend
+import python_native_dsls.triton as backend
 from python_native.speckey import SpecializationCache
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})

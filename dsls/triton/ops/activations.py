@@ -16,14 +16,14 @@ from ._layout import FLOAT_DTYPES, dense_like, fits_index, on_backend
 
 Tensor = torch.Tensor
 
-_GELU_MODES = {"none": 1, "tanh": 2}  # values match dsls.triton.kernels.activations
+_GELU_MODES = {"none": 1, "tanh": 2}  # values match python_native_dsls.triton.kernels.activations
 _SILU = 0
 
 
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from dsls.triton.kernels import activations
+    from python_native_dsls.triton.kernels import activations
 
     return activations
 

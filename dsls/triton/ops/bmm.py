@@ -21,7 +21,7 @@ def bmm_cond(self: Tensor, mat2: Tensor) -> bool:
 
 
 def bmm_impl(self: Tensor, mat2: Tensor) -> Tensor:
-    from dsls.triton.kernels import bmm_outer
+    from python_native_dsls.triton.kernels import bmm_outer
 
     return bmm_outer.outer(self, mat2)
 

@@ -21,7 +21,7 @@ Tensor = torch.Tensor
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from dsls.triton.kernels import softmax
+    from python_native_dsls.triton.kernels import softmax
 
     return softmax
 
