@@ -11,6 +11,8 @@ exactly as it was before the first registration, and drops every reference the s
 from __future__ import annotations
 
 import builtins
+import collections
+import functools
 import importlib
 import inspect
 import itertools
@@ -182,6 +184,8 @@ class Registry:
         self._order_fn_loaded = False
         self._unroutable_dsls: set[str] = set()
         self._routability_checked: set[str] = set()  # each DSL's runtime is checked once
+        # Globals of recently removed overrides, rebound to tombstones (see ``_forget``).
+        self._tombstones: collections.deque[tuple[dict, int]] = collections.deque()
 
     # ----- activity -----
 
@@ -494,17 +498,33 @@ class Registry:
                 slot.overrides.remove(o)
                 self._reindex(slot)
                 self._refresh(slot)
-                self._forget(slot, o.uid)
+                self._forget(slot, o)
                 if not slot.overrides:
                     self._uninstall_slot(slot)
             compiled.sync()
 
-    @staticmethod
-    def _forget(slot: Slot, uid: int) -> None:
-        for prefix in _PER_OVERRIDE_GLOBALS:
-            slot.namespace.pop(f"{prefix}{uid}", None)
+    def _forget(self, slot: Slot, o: OverrideHandle) -> None:
+        """Drop everything of ``o`` from ``slot``: its cached routers at once, its globals soon.
+
+        A call that entered the router just before the removal may still look the override's
+        globals up, so they are first rebound to tombstones holding nothing of the user's: a cond
+        that declines, and an impl that calls the functional op again through the dispatcher
+        (which now routes without ``o``). The last ``TOMBSTONES_KEPT`` removals keep them; older
+        ones are deleted, so the namespace stays bounded.
+        """
+        uid, ns = o.uid, slot.namespace
+        functional = schema.find_overload(o.lib, (o.derived_from or o).op)
+        ns[f"_pn_cond_{uid}"] = _declined
+        ns[f"_pn_impl_{uid}"] = functools.partial(_call_again, functional)
+        ns[f"_pn_label_{uid}"] = "python_native::removed"
+        ns[f"_pn_event_{uid}"] = ns["_pn_fallback_event"]
         for key in [k for k in slot.codes if uid in k[0]]:
             del slot.codes[key]
+        self._tombstones.append((ns, uid))
+        while len(self._tombstones) > TOMBSTONES_KEPT:
+            old_ns, old_uid = self._tombstones.popleft()
+            for prefix in _PER_OVERRIDE_GLOBALS:
+                old_ns.pop(f"{prefix}{old_uid}", None)
 
     def _reindex(self, slot: Slot) -> None:
         for kind in KINDS:
@@ -673,6 +693,17 @@ def _shadowed_kernel(slot: Slot) -> str:
 
 
 _PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_")
+TOMBSTONES_KEPT = 64
+
+
+def _declined(*args: Any, **kwargs: Any) -> bool:
+    """The cond of a removed override, for calls already inside the router when it went."""
+    return False
+
+
+def _call_again(functional: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """The impl of a removed override: the op through the dispatcher, which no longer routes to it."""
+    return functional(*args, **kwargs)
 
 _NUMBER_TYPES = frozenset({bool, int, float, complex})
 
