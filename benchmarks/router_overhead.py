@@ -79,11 +79,22 @@ def ours(number: int, repeat: int) -> dict[str, float]:
 
 
 def in_tree(number: int, repeat: int) -> dict[str, float] | None:
-    """The same measurements through torch's in-tree registry, on sibling ops (torch >= 2.13)."""
+    """The same measurements through torch's in-tree registry, on sibling ops (torch >= 2.13).
+
+    python-native adopts torch's overrides into its own panel; ``native_bridge.standalone()``
+    lets torch's registry route these ones itself, as it would without python-native.
+    """
     try:
         import torch._native.registry as tn
     except ImportError:
         return None
+    from python_native import native_bridge
+
+    with native_bridge.standalone():
+        return _in_tree_figures(tn, number, repeat)
+
+
+def _in_tree_figures(tn, number: int, repeat: int) -> dict[str, float]:
     for op, cond in (("rsub.Tensor", accept), ("true_divide.Tensor", decline)):
         tn.register_op_override("bench", "aten", op, "CPU", cond, impl)
         tn._register_overrides_from_graph(op, "CPU", tn._graphs[(op, "CPU")])

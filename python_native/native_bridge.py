@@ -19,10 +19,12 @@ On torch versions without ``torch._native`` nothing happens.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import threading
 import types
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger("python_native")
@@ -34,6 +36,7 @@ _lock = threading.RLock()
 _adopted: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
 _native: types.ModuleType | None = None
 _original_register_from_graph: Any = None
+_original_register: Any = None
 
 
 def _native_registry() -> types.ModuleType | None:
@@ -54,7 +57,7 @@ def detach() -> None:
     Runs before python-native's own backends install anything, so that no router of ours ever
     captures one of torch's as its fallback.
     """
-    global _native, _original_register_from_graph
+    global _native, _original_register_from_graph, _original_register
     with _lock:
         if _native is not None:
             return
@@ -64,17 +67,45 @@ def detach() -> None:
         _native = registry
         _original_register_from_graph = registry._register_overrides_from_graph
         registry._register_overrides_from_graph = _sync_graph
-        original_register = registry.register_op_override
-
-        def register_op_override(*args: Any, **kwargs: Any) -> Any:
-            result = original_register(*args, **kwargs)
-            _sync_all()  # torch defers installation; the panel adopts new nodes at once
-            return result
-
-        register_op_override.__doc__ = original_register.__doc__
-        registry.register_op_override = register_op_override
+        _original_register = registry.register_op_override
+        _route_through_panel(registry)
         for op_symbol, dispatch_key in list(registry._aten_override_libs):
             registry._destroy_aten_override(op_symbol, dispatch_key)
+
+
+def _register_op_override(*args: Any, **kwargs: Any) -> Any:
+    result = _original_register(*args, **kwargs)
+    _sync_all()  # torch defers installation; the panel adopts new nodes at once
+    return result
+
+
+def _route_through_panel(registry: types.ModuleType) -> None:
+    registry._register_overrides_from_graph = _sync_graph
+    _register_op_override.__doc__ = _original_register.__doc__
+    registry.register_op_override = _register_op_override
+
+
+@contextlib.contextmanager
+def standalone() -> Iterator[None]:
+    """Inside the block, torch's registry installs its own routers, as it would without us.
+
+    For side-by-side comparisons (``benchmarks/router_overhead.py``) and debugging. On exit,
+    routers torch installed meanwhile are taken out again and their overrides adopted.
+    """
+    if _native is None:
+        yield
+        return
+    with _lock:
+        _native._register_overrides_from_graph = _original_register_from_graph
+        _native.register_op_override = _original_register
+    try:
+        yield
+    finally:
+        with _lock:
+            _route_through_panel(_native)
+            for op_symbol, dispatch_key in list(_native._aten_override_libs):
+                _native._destroy_aten_override(op_symbol, dispatch_key)
+            _sync_all()
 
 
 def adopt_all() -> None:

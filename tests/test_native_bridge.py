@@ -110,3 +110,28 @@ def test_status_report_names_the_origin(native_override):
     rows = [o for o in report.collect()["overrides"] if o["op"] == "aten::sub.Tensor"]
     assert [(o["dsl"], o["origin"]) for o in rows] == [("torchdsl", "torch._native")]
     assert "registered through torch._native" in report.render(report.collect())
+
+
+def test_standalone_lets_torch_route_its_own_overrides_and_then_adopts_them():
+    from torch._native import registry
+
+    x = torch.ones(2, 3)
+    key = ("sub.Tensor", "CPU")
+    before = list(registry._graphs.get(key, []))
+    try:
+        with native_bridge.standalone():
+            registry.register_op_override("torchdsl", "aten", "sub.Tensor", "CPU", lambda *a, **k: True,
+                                          lambda s, o, alpha=1: torch.full_like(s, 7.0))
+            registry._register_overrides_from_graph("sub.Tensor", "CPU", registry._graphs[key])
+            assert key in registry._aten_override_libs  # torch's own router
+            assert not [h for h in pn.overrides() if h.op == "sub.Tensor"]
+            assert torch.equal(torch.sub(x, x), torch.full_like(x, 7.0))
+        assert key not in registry._aten_override_libs
+        assert [h.dsl for h in pn.overrides() if h.op == "sub.Tensor"] == ["torchdsl"]
+        with pn.torchdsl.disabled():
+            assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
+    finally:
+        registry._graphs[key] = before
+        registry._register_overrides_from_graph("sub.Tensor", "CPU", before, filter_state=registry._filter_state)
+        if not before:
+            registry._graphs.pop(key, None)
