@@ -130,3 +130,38 @@ def test_report_lists_both_in_order_with_the_calibration_note(twins):
     text = report.render(data)
     assert "order 1 of 2" in text and "order 2 of 2" in text
     assert "first when calibrated faster" in text
+
+
+def manual_softmax(dsl: str):
+    """A softmax by hand (no aten::_softmax call), marked by ``dsl`` so the timed call is known to be its own."""
+
+    def impl(x, dim, half_to_float):
+        e = torch.exp(x - x.amax(dim, keepdim=True))
+        return e / e.sum(dim, keepdim=True)
+
+    impl.__name__ = f"{dsl}_softmax"
+    return impl
+
+
+def test_calibrate_times_every_installed_dsl_alone_side_by_side():
+    from python_native import bench
+
+    handles = [pn.register_op_override(dsl, "aten", "_softmax", "CPU", own_cond(dsl), manual_softmax(dsl))
+               for dsl in (SLOW, FAST)]
+    getattr(pn, SLOW).disable()  # installed but switched off (as the CuTe DSL installs): still calibrated
+    try:
+        table = bench.calibrate("cpu", [torch.float32], quick=True, ops=["_softmax"])
+        assert REGISTRY.is_off("dsl", SLOW) and not REGISTRY.is_off("dsl", FAST)  # switches restored
+    finally:
+        for handle in handles:
+            handle.remove()
+        REGISTRY.reset_switches()
+    calibration.validate(table)
+    by_dsl = {dsl: [r for r in table["rows"] if r["dsl"] == dsl] for dsl in {r["dsl"] for r in table["rows"]}}
+    assert {SLOW, FAST, "triton"} <= set(by_dsl)
+    shapes = [r["shape"] for r in by_dsl["triton"]]
+    assert [r["shape"] for r in by_dsl[SLOW]] == shapes == [r["shape"] for r in by_dsl[FAST]]
+    for rows in by_dsl.values():
+        assert all(r["op"] == "_softmax" and r["override_ms"] > 0 and r["aten_ms"] > 0 for r in rows)
+    # The same aten baseline per shape for every DSL: they are compared against one measurement.
+    assert [r["aten_ms"] for r in by_dsl[SLOW]] == [r["aten_ms"] for r in by_dsl["triton"]]
