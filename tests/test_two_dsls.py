@@ -165,3 +165,22 @@ def test_calibrate_times_every_installed_dsl_alone_side_by_side():
         assert all(r["op"] == "_softmax" and r["override_ms"] > 0 and r["aten_ms"] > 0 for r in rows)
     # The same aten baseline per shape for every DSL: they are compared against one measurement.
     assert [r["aten_ms"] for r in by_dsl[SLOW]] == [r["aten_ms"] for r in by_dsl["triton"]]
+
+
+def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch):
+    import python_native_dsls.cutedsl as cutedsl
+
+    installed = []
+    monkeypatch.setattr(calibration, "any_tables", lambda: True)
+    monkeypatch.setattr(calibration, "never_wins", lambda op, dsl="triton": False)
+    monkeypatch.setattr(pn, "register_op_override", lambda dsl, lib, op, key, cond, impl, **kw: installed.append(
+        (dsl, op, key, cond)) or object())
+    try:
+        cutedsl.register_overrides()
+    finally:
+        REGISTRY.reset_switches()
+        for dsl, op, *_ in installed:
+            calibration.forget_gate(op, dsl)
+    assert installed and "_softmax" in {op for _, op, _, _ in installed}
+    assert all(dsl == "cutedsl" and key == "CUDA" and getattr(cond, "calibrated_dsl", None) == "cutedsl"
+               for dsl, _, key, cond in installed)
