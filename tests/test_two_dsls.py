@@ -175,10 +175,12 @@ def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch)
     monkeypatch.setattr(calibration, "never_wins", lambda op, dsl="triton": False)
     monkeypatch.setattr(pn, "register_op_override", lambda dsl, lib, op, key, cond, impl, **kw: installed.append(
         (dsl, op, key, cond)) or object())
+    was_off = REGISTRY.is_off("dsl", "cutedsl")
     try:
         cutedsl.register_overrides()
     finally:
-        REGISTRY.reset_switches()
+        if not was_off:
+            REGISTRY.enable("dsl", ["cutedsl"])
         for dsl, op, *_ in installed:
             calibration.forget_gate(op, dsl)
     assert installed and "_softmax" in {op for _, op, _, _ in installed}
