@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 ENV_VAR = "PYTHON_NATIVE_CALIBRATION"
+DEFAULT_DSL = "triton"  # the DSL of rows that name none
 FORMAT = 1
 MAX_BUCKET = 64
 PACKAGED_DIR = Path(__file__).with_name("calibration_tables")
 
-# device key -> {(op, dtype name) -> tuple of MAX_BUCKET + 1 verdicts}; None until first loaded.
-_tables: dict[str, dict[tuple[str, str], tuple[bool, ...]]] | None = None
+# device key -> {(op, dtype name) -> {dsl -> tuple of MAX_BUCKET + 1 verdicts}}; None until first loaded.
+_tables: dict[str, dict[tuple[str, str], dict[str, Verdicts]]] | None = None
 _sources: dict[str, dict[str, Any]] = {}  # device key -> {"path", "rows", "torch", "triton", "date"}
 _device_keys: dict[Any, str] = {}  # torch.device -> device key
 _device_key_fn: Callable[[Any], str] | None = None
@@ -81,17 +82,53 @@ def validate(table: dict[str, Any], source: str = "table") -> None:
             raise ValueError(f"{source}: row {i} bucket {row['bucket']!r} is not an int in 0..{MAX_BUCKET}")
 
 
-def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[bool, ...]]:
-    """Per (op, dtype), one verdict per bucket 0..MAX_BUCKET filled from the nearest calibrated bucket."""
-    by_key: dict[tuple[str, str], dict[int, bool]] = {}
+Verdicts = tuple  # per bucket 0..MAX_BUCKET: False (loses to aten) or the DSLs calibrated faster, fastest first
+
+
+def _speedup(row: dict[str, Any]) -> float:
+    """aten time over override time for a row (rows without timings rank by their verdict alone)."""
+    if isinstance(row.get("speedup"), (int, float)):
+        return float(row["speedup"])
+    ours, base = row.get("override_ms"), row.get("aten_ms")
+    if isinstance(ours, (int, float)) and isinstance(base, (int, float)) and ours > 0:
+        return base / ours
+    return 1.0
+
+
+def _nearest(measured: dict[int, Any], bucket: int) -> Any:
+    return measured[min(measured, key=lambda b: (abs(b - bucket), b))]
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Verdicts]]:
+    """Per (op, dtype), per DSL, one verdict per bucket 0..MAX_BUCKET filled from the nearest calibrated bucket.
+
+    A DSL's verdict is False where it loses to aten, else the tuple of the other DSLs that also beat
+    aten there and were measured faster (fastest first): its gate declines while one of those can serve.
+    Rows without a ``dsl`` (tables written before several DSLs were calibrated) are Triton's.
+    """
+    by_key: dict[tuple[str, str], dict[str, dict[int, list]]] = {}
     for row in rows:
-        bucket_wins = by_key.setdefault((row["op"], row["dtype"]), {})
+        measured = by_key.setdefault((row["op"], row["dtype"]), {}).setdefault(row.get("dsl", DEFAULT_DSL), {})
         # Several shapes in one bucket: the override wins there only if it won for all of them.
-        bucket_wins[row["bucket"]] = bucket_wins.get(row["bucket"], True) and bool(row["wins"])
-    out = {}
-    for key, measured in by_key.items():
-        known = sorted(measured)
-        out[key] = tuple(measured[min(known, key=lambda b, i=i: (abs(b - i), b))] for i in range(MAX_BUCKET + 1))
+        won, speedups = measured.get(row["bucket"], (True, []))
+        measured[row["bucket"]] = (won and bool(row["wins"]), [*speedups, _speedup(row)])
+    out: dict[tuple[str, str], dict[str, Verdicts]] = {}
+    for key, per_dsl in by_key.items():
+        filled = {
+            dsl: [(won, sum(s) / len(s)) for won, s in (_nearest(measured, i) for i in range(MAX_BUCKET + 1))]
+            for dsl, measured in per_dsl.items()
+        }
+        out[key] = {}
+        for dsl, buckets in filled.items():
+            verdicts = []
+            for i, (won, speed) in enumerate(buckets):
+                if not won:
+                    verdicts.append(False)
+                    continue
+                rivals = [(other[i][1], name) for name, other in filled.items()
+                          if name != dsl and other[i][0] and (other[i][1], name) > (speed, dsl)]
+                verdicts.append(tuple(name for _, name in sorted(rivals, reverse=True)))
+            out[key][dsl] = tuple(verdicts)
     return out
 
 
@@ -103,14 +140,14 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     return table
 
 
-def _ensure_loaded() -> dict[str, dict[tuple[str, str], tuple[bool, ...]]]:
+def _ensure_loaded() -> dict[str, dict[tuple[str, str], dict[str, Verdicts]]]:
     global _tables
     tables = _tables
     if tables is not None:
         return tables
     with _lock:
         if _tables is None:
-            loaded: dict[str, dict[tuple[str, str], tuple[bool, ...]]] = {}
+            loaded: dict[str, dict[tuple[str, str], dict[str, Verdicts]]] = {}
             for path in table_paths():
                 table = load(path)
                 loaded[table["device"]] = _verdicts(table["rows"])
@@ -164,19 +201,30 @@ def size_bucket(numel: int) -> int:
     return min(int(numel).bit_length(), MAX_BUCKET)
 
 
-def wins(op: str, dtype: str, bucket: int, device: str | None = None) -> bool | None:
-    """Whether the override beat aten for (op, dtype, bucket) on ``device`` (a device key; default:
+def wins(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL) -> bool | None:
+    """Whether ``dsl``'s override beat aten for (op, dtype, bucket) on ``device`` (a device key; default:
     this process's device where known without initialising CUDA); None if uncalibrated."""
+    verdict = _verdict(op, dtype, bucket, device, dsl)
+    return None if verdict is None else verdict is not False
+
+
+def faster_rivals(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL) -> tuple:
+    """The DSLs calibrated faster than ``dsl`` (and faster than aten) for (op, dtype, bucket), fastest first."""
+    verdict = _verdict(op, dtype, bucket, device, dsl)
+    return verdict if isinstance(verdict, tuple) else ()
+
+
+def _verdict(op: str, dtype: str, bucket: int, device: str | None, dsl: str) -> Any:
     if device is None:
         device = _running_device_key()
     if _suspended or device is None:
         return None
-    verdicts = _ensure_loaded().get(device, {}).get((op, dtype))
+    verdicts = _ensure_loaded().get(device, {}).get((op, dtype), {}).get(dsl)
     return None if verdicts is None else verdicts[min(max(bucket, 0), MAX_BUCKET)]
 
 
-def never_wins(op: str) -> bool:
-    """True when every table in force has rows for ``op`` and none of them ever wins.
+def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
+    """True when every table in force has rows of ``dsl`` for ``op`` and none of them ever wins.
 
     Used at registration, where the device is not known without initialising CUDA: an op is left
     out only when it loses on every calibrated device, so an uncalibrated device keeps it whenever
@@ -191,35 +239,46 @@ def never_wins(op: str) -> bool:
         return False
     if not tables:
         return False
-    for verdicts in tables.values():
-        rows = [v for (o, _), v in verdicts.items() if o == op]
-        if not rows or any(any(v) for v in rows):
+    for per_key in tables.values():
+        rows = [per_dsl[dsl] for (o, _), per_dsl in per_key.items() if o == op and dsl in per_dsl]
+        if not rows or any(any(v is not False for v in verdicts) for verdicts in rows):
             return False
     return True
 
 
 _UNRESOLVED = object()
 _gate_caches: list[dict] = []  # every gate's resolved verdicts, emptied by reset()
+# op -> {dsl -> its own cond}: the gated overrides of each op, so a gate can ask whether a faster rival serves.
+_gated_conds: dict[str, dict[str, Callable[..., bool]]] = {}
 
 
-def _resolve(op: str, t: Any) -> tuple[bool, ...] | None:
-    """The per-bucket verdicts of ``op`` for ``t``'s device and dtype; None where uncalibrated."""
+def _resolve(op: str, dsl: str, t: Any) -> Verdicts | None:
+    """The per-bucket verdicts of ``dsl``'s ``op`` for ``t``'s device and dtype; None where uncalibrated."""
     try:
         tables = _ensure_loaded()
     except (OSError, ValueError):  # an unreadable table must not break the op: behave as uncalibrated
         return None
-    return tables.get(device_key(t.device), {}).get((op, str(t.dtype).removeprefix("torch.")))
+    return tables.get(device_key(t.device), {}).get((op, str(t.dtype).removeprefix("torch.")), {}).get(dsl)
 
 
-def gated(op: str, cond: Callable[..., bool]) -> Callable[..., bool]:
-    """``cond`` that also declines where the device's table says the override loses to aten.
+def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callable[..., bool]:
+    """``dsl``'s ``cond`` that also declines where the device's table says the override loses to aten,
+    or where another DSL gated on the same op is calibrated faster there and would serve the call
+    (it is switched on and installed here, and its own cond accepts).
 
     Per call, after the cond accepts: two dict reads (dtype, then device index) that hold the op's
-    verdicts for that dtype and device once resolved, and a tuple index by size bucket.
+    verdicts for that dtype and device once resolved, and a tuple index by size bucket. Only where a
+    faster rival exists: a set lookup of its DSL switch, and its cond.
     """
     import torch
 
+    from python_native.registry import REGISTRY
+
     tensor_type = torch.Tensor
+    dsl_off = REGISTRY.switches.dsl.off  # the live set the switches keep up to date
+    unroutable = REGISTRY._unroutable_dsls
+    rivals = _gated_conds.setdefault(op, {})
+    rivals[dsl] = getattr(cond, "__wrapped__", cond)
     resolved: dict[Any, dict[int, Any]] = {}  # dtype -> device index (-1: CPU) -> verdicts
     _gate_caches.append(resolved)
 
@@ -237,12 +296,34 @@ def gated(op: str, cond: Callable[..., bool]) -> Callable[..., bool]:
         index = t.get_device()
         verdicts = by_device.get(index, _UNRESOLVED)
         if verdicts is _UNRESOLVED:
-            verdicts = by_device[index] = _resolve(op, t)
-        return True if verdicts is None else verdicts[min(t.numel().bit_length(), MAX_BUCKET)]
+            verdicts = by_device[index] = _resolve(op, dsl, t)
+        if verdicts is None:
+            return True
+        verdict = verdicts[min(t.numel().bit_length(), MAX_BUCKET)]
+        if verdict is False:
+            return False
+        for rival in verdict:  # empty unless another DSL is calibrated faster for this bucket
+            if rival in dsl_off or rival in unroutable:
+                continue
+            rival_cond = rivals.get(rival)
+            if rival_cond is not None and rival_cond(*args, **kwargs):
+                return False
+        return True
 
     calibrated_cond.__name__ = f"calibrated_{getattr(cond, '__name__', 'cond')}"
     calibrated_cond.__wrapped__ = cond  # type: ignore[attr-defined]
+    calibrated_cond.calibrated_dsl = dsl  # type: ignore[attr-defined]
     return calibrated_cond
+
+
+def forget_gate(op: str, dsl: str) -> None:
+    """Stop counting ``dsl`` as a rival on ``op`` (its override was removed)."""
+    _gated_conds.get(op, {}).pop(dsl, None)
+
+
+def gated_dsls(op: str) -> list[str]:
+    """The DSLs whose overrides of ``op`` carry a calibrated gate (for the status report)."""
+    return sorted(_gated_conds.get(op, {}))
 
 
 @contextlib.contextmanager

@@ -47,6 +47,19 @@ def _skipped(name: str) -> dict[str, str]:
         return {"?": f"skipped_overrides() raised {type(e).__name__}: {e}"}
 
 
+def _order_of(o) -> dict:
+    """Where ``o`` stands in its slot: ``order`` (1 runs first) of ``slot_overrides``, and whether a
+    calibration gate may hand its calls to a DSL calibrated faster (``calibrated``)."""
+    slot = getattr(o, "_slot", None)
+    peers = list(slot.overrides) if slot is not None else [o]
+    order = next((i for i, p in enumerate(peers, 1) if p is o), 1)
+    return {
+        "order": order,
+        "slot_overrides": len(peers),
+        "calibrated": getattr(o.cond, "calibrated_dsl", None) == o.dsl,
+    }
+
+
 def collect() -> dict:
     """Torch version, every DSL, every override, the environment switches and a legend."""
     dsls = []
@@ -75,6 +88,7 @@ def collect() -> dict:
             "variant_of": o.derived_from.op if o.derived_from is not None else None,
             "active": o.active,
             "origin": native_bridge.origin_of(o),
+            **_order_of(o),
         }
         for o in REGISTRY.overrides()
     ]
@@ -116,6 +130,8 @@ def render(data: dict) -> str:
             f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
             + (f"  (registered through {o['origin']})" if o.get("origin") else "")
         )
+        if o.get("slot_overrides", 1) > 1:
+            lines += _wrapped(_order_note(o))
     if "compile" in data:
         c = data["compile"]
         lines += ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]
@@ -139,6 +155,18 @@ def render(data: dict) -> str:
     lines += ["", "Legend"]
     lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)
+
+
+def _order_note(o: dict) -> str:
+    """How an override shares its slot with others: its place, and what the calibration gate adds."""
+    note = f"order {o['order']} of {o['slot_overrides']} on this op and key"
+    if o["order"] == 1:
+        note += " (tried first"
+    else:
+        note += " (tried when those before it decline or are switched off"
+    if o.get("calibrated"):
+        note += "; first when calibrated faster: it steps aside where another DSL here is calibrated faster"
+    return note + ")"
 
 
 def _calibration_lines(info: dict) -> list[str]:

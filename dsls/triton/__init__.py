@@ -97,11 +97,11 @@ def register_overrides() -> list:
     for spec in all_overrides():
         cond = spec.cond
         if calibrated:
-            if calibration.never_wins(spec.op):
+            if calibration.never_wins(spec.op, NAME):
                 logging.getLogger("python_native").info("python_native: %s left out: slower than aten on every "
                                                         "calibrated device", spec.op)
                 continue
-            cond = calibration.gated(spec.op, cond)
+            cond = calibration.gated(spec.op, cond, NAME)
         try:
             handles.append(register_op_override(NAME, "aten", spec.op, key, cond, spec.impl, **spec.options))
         except Exception:  # one op that cannot be installed here must not cost the others
