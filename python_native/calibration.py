@@ -313,6 +313,7 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
     calibrated_cond.__name__ = f"calibrated_{getattr(cond, '__name__', 'cond')}"
     calibrated_cond.__wrapped__ = cond  # type: ignore[attr-defined]
     calibrated_cond.calibrated_dsl = dsl  # type: ignore[attr-defined]
+    calibrated_cond.calibrated_op = op  # type: ignore[attr-defined]
     return calibrated_cond
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import checked, codegen, compiled, dsl_registry, env, epilogues, scalars, schema
+from python_native import calibration, checked, codegen, compiled, dsl_registry, env, epilogues, scalars, schema
 from python_native.switches import KINDS, Switches
 from python_native.tracing import Trace, TraceHub
 
@@ -501,6 +501,8 @@ class Registry:
                 self._forget(slot, o)
                 if not slot.overrides:
                     self._uninstall_slot(slot)
+                if hasattr(o.cond, "calibrated_dsl"):  # a faster-rival check must not defer to it any more
+                    calibration.forget_gate(o.cond.calibrated_op, o.cond.calibrated_dsl)
             compiled.sync()
 
     def _forget(self, slot: Slot, o: OverrideHandle) -> None:

@@ -111,6 +111,12 @@ def test_disabling_the_faster_hands_over_to_the_other_then_aten(twins):
     assert served_by(SMALL) == FAST
 
 
+def test_removing_the_faster_hands_over_to_the_other(twins):
+    slow, fast = twins
+    fast.remove()
+    assert served_by(SMALL) == SLOW  # not aten: the removed rival no longer counts
+
+
 def test_bucket_where_both_lose_goes_to_aten_and_a_lone_winner_serves(twins):
     assert served_by(LARGE) is None
     assert served_by(MIDDLE) == SLOW
