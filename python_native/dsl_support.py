@@ -1,9 +1,12 @@
-"""Helpers DSL backends share to report availability without importing their runtime."""
+"""Helpers DSL backends share: availability without importing their runtime, and installing their op library."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
+from collections.abc import Iterable
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -42,3 +45,30 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
     if version is None or not module_importable(module):
         return f"{distribution} not installed"
     return version_problem(distribution, version, minimum)
+
+
+def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
+    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``).
+
+    Where a calibration table exists, each cond is gated by it (declining where this DSL loses to
+    aten, or where another DSL on the op is calibrated faster and would serve the call) and ops
+    slower than aten on every calibrated device are left out; without one each cond is bound as
+    is, at no cost. One op that cannot be installed here never costs the others.
+    """
+    from python_native import calibration, register_op_override
+
+    log = logging.getLogger("python_native")
+    calibrated = calibration.any_tables()
+    handles = []
+    for spec in specs:
+        cond = spec.cond
+        if calibrated:
+            if calibration.never_wins(spec.op, dsl):
+                log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
+                continue
+            cond = calibration.gated(spec.op, cond, dsl)
+        try:
+            handles.append(register_op_override(dsl, "aten", spec.op, dispatch_key, cond, spec.impl, **spec.options))
+        except Exception:
+            log.exception("python_native: %s override of %s not installed", dsl, spec.op)
+    return handles

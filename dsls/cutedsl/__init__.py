@@ -9,7 +9,6 @@ compute capability 8.0 or newer is present.
 from __future__ import annotations
 
 import functools
-import logging
 
 from packaging.version import Version
 
@@ -86,26 +85,11 @@ def opted_in() -> bool:
 
 def register_overrides() -> list:
     """Install every op of the library at the CUDA key; returns the handles."""
-    from python_native import calibration, register_op_override
+    from python_native import dsl_support
 
     from .ops import all_overrides
 
-    # The same calibrated gate as Triton's where a table exists: it declines where this DSL loses to
-    # aten, or where another DSL on the op is calibrated faster and would serve the call.
-    calibrated = calibration.any_tables()
-    handles = []
-    for spec in all_overrides():
-        cond = spec.cond
-        if calibrated:
-            if calibration.never_wins(spec.op, NAME):
-                logging.getLogger("python_native").info("python_native: cutedsl %s left out: slower than aten on "
-                                                        "every calibrated device", spec.op)
-                continue
-            cond = calibration.gated(spec.op, cond, NAME)
-        try:
-            handles.append(register_op_override(NAME, "aten", spec.op, "CUDA", cond, spec.impl, **spec.options))
-        except Exception:  # one op that cannot be installed here must not cost the others
-            logging.getLogger("python_native").exception("python_native: cutedsl override of %s not installed", spec.op)
+    handles = dsl_support.register_specs(NAME, "CUDA", all_overrides())
     if handles and not opted_in():
         from python_native import controller
 

@@ -11,7 +11,6 @@ very same kernels on CPU tensors.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 
 from packaging.version import Version
@@ -86,27 +85,11 @@ def register_overrides() -> list:
     if interpret_mode():
         # Triton reads this when it is first imported, which happens at the first kernel call.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from python_native import calibration, register_op_override
+    from python_native import dsl_support
 
     from .ops import all_overrides
 
-    key = dispatch_key()
-    # Calibrated gates only where a table exists: without one each cond is bound as is (zero cost).
-    calibrated = calibration.any_tables()
-    handles = []
-    for spec in all_overrides():
-        cond = spec.cond
-        if calibrated:
-            if calibration.never_wins(spec.op, NAME):
-                logging.getLogger("python_native").info("python_native: %s left out: slower than aten on every "
-                                                        "calibrated device", spec.op)
-                continue
-            cond = calibration.gated(spec.op, cond, NAME)
-        try:
-            handles.append(register_op_override(NAME, "aten", spec.op, key, cond, spec.impl, **spec.options))
-        except Exception:  # one op that cannot be installed here must not cost the others
-            logging.getLogger("python_native").exception("python_native: triton override of %s not installed", spec.op)
-    return handles
+    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides())
 
 
 def skipped_overrides() -> dict[str, str]:
