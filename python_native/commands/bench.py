@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
                         "gelu_tanh, bmm_outer")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    parser.add_argument("--save-json", metavar="FILE", default=None,
+                        help="also write the rows and the environment as JSON to FILE (the table still prints)")
     parser.add_argument("--plot", metavar="PNG", default=None, help="write speedup-vs-shape plots (needs matplotlib)")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column (default on GPU)")
     parser.add_argument("--calibrate", action="store_true",
@@ -67,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
     inductor = device == "cuda" and not args.no_inductor
     rows = bench.run_rows(cases, device, inductor, None if args.json else lambda r: print(bench.format_row(r), flush=True),
                           bandwidth)
+    document = json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
+    if args.save_json:
+        Path(args.save_json).write_text(document + "\n")
     if args.json:
-        print(json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
+        print(document)
     else:
         print(bench.geometric_mean_line(rows))
     if args.plot:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
+#   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
+# Steps (default: all, in this order): tests host calibrate bench.
+#   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
+#   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
+#              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
+#   calibrate  python -m python_native bench --calibrate: this GPU's calibration table
+#   bench      python -m python_native bench (JSON, table and plots), with the table just written in force
+# Wheels under .whl/ (Liger-Kernel, ...) are installed into /tmp/site first.
+# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S.
+# BENCH_ARGS adds options to the bench step (e.g. "--dtypes bfloat16 --no-inductor").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu-results}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHON_NATIVE_TRITON_INTERPRET=0 TRITON_INTERPRET=0
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench)
+table="$OUT/calibration.json"
+
+for step in "${steps[@]}"; do
+    echo "=== $step $(date -u +%H:%M:%S)"
+    case "$step" in
+    tests)
+        timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-8}" --timeout 120 tests \
+            2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    host)
+        timeout "${HOST_S:-120}" python3 benchmarks/host_overhead.py 2>&1 | tee "$OUT/host.txt"
+        timeout "${HOST_S:-120}" python3 benchmarks/launch_overhead.py --cuda --number 500 2>&1 | tee -a "$OUT/host.txt" ;;
+    calibrate)
+        timeout "${CALIBRATE_S:-200}" python3 -m python_native bench --calibrate --output "$table" 2>"$OUT/calibrate.log"
+        tail -3 "$OUT/calibrate.log"; grep -c loses "$OUT/calibrate.log" ;;
+    bench)
+        [ -f "$table" ] && export PYTHON_NATIVE_CALIBRATION="$table"
+        # shellcheck disable=SC2086
+        timeout "${BENCH_S:-240}" python3 -m python_native bench --plot "$OUT/bench.png" --save-json "$OUT/bench.json" ${BENCH_ARGS:-} \
+            2>&1 | tee "$OUT/bench.txt" ;;
+    *) echo "unknown step $step" ;;
+    esac
+done
