@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
 #   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
-# Steps (default: all, in this order): tests host calibrate bench.
+# Steps (default: all, in this order): tests host calibrate bench; also: probe.
 #   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
 #   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
 #              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
+#   probe      host time stage by stage (benchmarks/host_breakdown.py) and the kernels of the rows
+#              named in PROFILE_ROWS ("op mode MxN dtype;..."), with the overrides on and off
 #   calibrate  python -m python_native bench --calibrate: this GPU's calibration table
 #   bench      python -m python_native bench (JSON, table and plots), with the table just written in force
 # Wheels under .whl/ (Liger-Kernel, ...) are installed into /tmp/site first.
@@ -33,6 +35,13 @@ for step in "${steps[@]}"; do
     host)
         timeout "${HOST_S:-120}" python3 benchmarks/host_overhead.py 2>&1 | tee "$OUT/host.txt"
         timeout "${HOST_S:-120}" python3 benchmarks/launch_overhead.py --cuda --number 500 2>&1 | tee -a "$OUT/host.txt" ;;
+    probe)
+        timeout "${HOST_S:-120}" python3 benchmarks/host_breakdown.py 2>&1 | tee "$OUT/probe.txt"
+        IFS=';' read -ra rows <<< "${PROFILE_ROWS:-}"
+        for row in "${rows[@]}"; do
+            # shellcheck disable=SC2086
+            timeout "${HOST_S:-120}" python3 benchmarks/profile_case.py $row 2>&1 | tee -a "$OUT/probe.txt"
+        done ;;
     calibrate)
         timeout "${CALIBRATE_S:-200}" python3 -m python_native bench --calibrate --output "$table" 2>"$OUT/calibrate.log"
         tail -3 "$OUT/calibrate.log"; grep -c loses "$OUT/calibrate.log" ;;

@@ -224,26 +224,38 @@ def _verdict(op: str, dtype: str, bucket: int, device: str | None, dsl: str) -> 
 
 
 def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
-    """True when every table in force has rows of ``dsl`` for ``op`` and none of them ever wins.
+    """True when ``dsl``'s ``op`` loses to aten in every calibrated row that applies to this machine.
 
-    Used at registration, where the device is not known without initialising CUDA: an op is left
-    out only when it loses on every calibrated device, so an uncalibrated device keeps it whenever
-    any table says it can win. Only applied when ``PYTHON_NATIVE_CALIBRATION`` names the tables
-    (a user calibrating their own GPU); packaged tables cover other devices than the user's.
+    Used at registration, where the device is not known to torch without initialising CUDA. With
+    ``PYTHON_NATIVE_CALIBRATION`` set (a user calibrating their own GPU), every table named must
+    have rows for the op and none may win. With the packaged tables, the machine's GPU model is read
+    through NVML (no CUDA context); where every GPU is one model and a table covers it, that table
+    decides. Anything else (no NVML, mixed models, an uncalibrated model) keeps the op installed and
+    leaves the choice to the per-call gate.
     """
-    if not os.environ.get(ENV_VAR, "").strip():
-        return False
     try:
         tables = _ensure_loaded()
     except (OSError, ValueError):
         return False
     if not tables:
         return False
-    for per_key in tables.values():
-        rows = [per_dsl[dsl] for (o, _), per_dsl in per_key.items() if o == op and dsl in per_dsl]
-        if not rows or any(any(v is not False for v in verdicts) for verdicts in rows):
-            return False
-    return True
+    if os.environ.get(ENV_VAR, "").strip():
+        return all(_loses_everywhere(per_key, op, dsl) for per_key in tables.values())
+    if not any(_loses_everywhere(per_key, op, dsl) for per_key in tables.values()):
+        return False  # no table would drop it: NVML need not be asked
+    from python_native import nvml
+
+    keys = nvml.device_keys()
+    if keys is None or len(keys) != 1:
+        return False
+    per_key = tables.get(next(iter(keys)))
+    return per_key is not None and _loses_everywhere(per_key, op, dsl)
+
+
+def _loses_everywhere(per_key: dict[tuple[str, str], dict[str, Verdicts]], op: str, dsl: str) -> bool:
+    """A table has rows of ``dsl`` for ``op`` and none of them wins, in any dtype or bucket."""
+    rows = [per_dsl[dsl] for (o, _), per_dsl in per_key.items() if o == op and dsl in per_dsl]
+    return bool(rows) and all(all(v is False for v in verdicts) for verdicts in rows)
 
 
 _UNRESOLVED = object()
@@ -266,9 +278,10 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
     or where another DSL gated on the same op is calibrated faster there and would serve the call
     (it is switched on and installed here, and its own cond accepts).
 
-    Per call, after the cond accepts: two dict reads (dtype, then device index) that hold the op's
-    verdicts for that dtype and device once resolved, and a tuple index by size bucket. Only where a
-    faster rival exists: a set lookup of its DSL switch, and its cond.
+    Per call, before the cond: two dict reads (dtype, then device index) that hold the op's
+    verdicts for that dtype and device once resolved, and a tuple index by size bucket; the cond
+    runs only where the table does not decline. Only where a faster rival exists: a set lookup of
+    its DSL switch, and its cond.
     """
     import torch
 
@@ -283,13 +296,13 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
     _gate_caches.append(resolved)
 
     def calibrated_cond(*args: Any, **kwargs: Any) -> bool:
-        if not cond(*args, **kwargs):
-            return False
+        # The table first: where the override loses (small, host-bound calls, mostly) the call then
+        # declines without running the cond at all.
         t = args[0] if args and isinstance(args[0], tensor_type) else next(
             (a for a in args if isinstance(a, tensor_type)), None
         )
         if t is None or _suspended:
-            return True
+            return cond(*args, **kwargs)
         by_device = resolved.get(t.dtype)
         if by_device is None:
             by_device = resolved.setdefault(t.dtype, {})
@@ -298,9 +311,9 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
         if verdicts is _UNRESOLVED:
             verdicts = by_device[index] = _resolve(op, dsl, t)
         if verdicts is None:
-            return True
+            return cond(*args, **kwargs)
         verdict = verdicts[min(t.numel().bit_length(), MAX_BUCKET)]
-        if verdict is False:
+        if verdict is False or not cond(*args, **kwargs):
             return False
         for rival in verdict:  # empty unless another DSL is calibrated faster for this bucket
             if rival in dsl_off or rival in unroutable:

@@ -80,10 +80,10 @@ def test_gate_declines_only_where_the_table_says_the_override_loses(use_table):
 
     gate = calibration.gated("_softmax", cond)
     assert gate(torch.randn(4, 64), -1, False) is True  # 256 elements: bucket 9, wins
-    assert gate(torch.randn(16, 64), -1, False) is False  # bucket 11: loses
-    assert gate(torch.randn(16, 64), 0, False) is False  # the cond itself declines first
+    assert gate(torch.randn(16, 64), -1, False) is False  # bucket 11: loses, the cond is not even asked
+    assert gate(torch.randn(4, 64), 0, False) is False  # a winning bucket: the cond still decides
     assert gate(torch.randn(16, 64, dtype=torch.float64), -1, False) is True  # uncalibrated dtype: cond decides
-    assert len(calls) == 4
+    assert calls == [torch.Size([4, 64]), torch.Size([4, 64]), torch.Size([16, 64])]
     assert gate.__wrapped__ is cond
 
 
@@ -100,6 +100,39 @@ def test_never_wins_needs_every_row_of_every_table_to_lose(use_table):
     assert calibration.never_wins("silu") is True
     assert calibration.never_wins("_softmax") is False
     assert calibration.never_wins("gelu") is False  # no rows: not calibrated, keep it
+
+
+@pytest.mark.parametrize(
+    "machine, dropped",
+    [
+        (frozenset({FAKE_DEVICE}), True),  # every GPU is the calibrated model: its table decides
+        (frozenset({FAKE_DEVICE, "Other GPU/sm80"}), False),  # mixed models: the per-call gate decides
+        (frozenset({"Other GPU/sm80"}), False),  # an uncalibrated model keeps the op
+        (None, False),  # no NVML (no driver)
+    ],
+)
+def test_packaged_tables_drop_an_op_only_for_the_model_nvml_names(tmp_path, monkeypatch, machine, dropped):
+    from python_native import nvml
+
+    (tmp_path / "fake.json").write_text(json.dumps(table()))
+    monkeypatch.delenv(calibration.ENV_VAR, raising=False)
+    monkeypatch.setattr(calibration, "PACKAGED_DIR", tmp_path)
+    asked = []
+    monkeypatch.setattr(nvml, "device_keys", lambda: asked.append(1) or machine)
+    calibration.reset()
+    try:
+        assert calibration.never_wins("silu") is dropped
+        assert calibration.never_wins("_softmax") is False
+        assert len(asked) == 1  # _softmax wins somewhere: NVML is not asked for it
+    finally:
+        calibration.reset()
+
+
+def test_nvml_probe_answers_without_a_driver_or_names_models():
+    from python_native import nvml
+
+    keys = nvml.device_keys()
+    assert keys is None or all("/sm" in key for key in keys)
 
 
 def test_bad_tables_are_named(tmp_path, monkeypatch, use_table):

@@ -160,10 +160,54 @@ def test_launcher_rejecting_the_call_disables_the_prebound_path(gpu_like):
     def reject(*args):
         raise TypeError("function takes exactly 27 arguments (19 given)")
 
-    kernel.compiled.run = reject
+    launcher._compiled.update({key: (reject, prefix) for key, (_, prefix) in launcher._compiled.items()})
     launcher((1,), (x, 64), 4, True, 128)  # falls back to Triton's own path
     launcher((1,), (x, 64), 4, True, 128)  # and stays there
     assert len(kernel.normal) == 3 and not launcher._fast
+
+
+def test_planned_launch_keys_on_the_plan_and_pointer_alignment(gpu_like):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    x, c = torch.empty(64), kernel.compiled
+    launcher.planned("plan-a", (3,), (x, 64), 4, True, 128)  # first: Triton's path, then bound to the plan
+    assert len(kernel.normal) == 1 and not c.calls
+    launcher.planned("plan-a", (2,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 1
+    assert c.calls == [(2, 1, 1, 1234, c.function, c.packed_metadata, None, None, None, x, 64, True, 128)]
+
+    misaligned = torch.empty(65)[1:]  # 4 bytes past an aligned allocation
+    launcher.planned("plan-a", (2,), (misaligned, 64), 4, True, 128)
+    assert len(kernel.normal) == 2  # not the plan's variant: the generic path decides
+    launcher.planned("plan-b", (2,), (x, 64), 4, True, 128)  # a new plan binds to the known variant
+    assert len(kernel.normal) == 2 and len(c.calls) == 2
+    kernel.pre_run_hooks.append(lambda *a, **k: None)
+    launcher.planned("plan-a", (2,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 3  # hooks: Triton's own path
+
+
+class _FakeCudaLauncher:
+    """Triton 3.6's launcher object as the direct path reads it: the C ``launch`` and its fields."""
+
+    def __init__(self, scratch: int):
+        self.calls: list = []
+        self.launch = lambda *args: self.calls.append(args)
+        self.global_scratch_size = scratch
+        self.profile_scratch_size = 0
+        self.launch_cooperative_grid = False
+        self.launch_pdl = True
+
+
+@pytest.mark.parametrize("version, scratch, direct", [("3.6.0", 0, True), ("3.6.0", 256, False), ("3.9.0", 0, False)])
+def test_bind_calls_the_c_launcher_directly_only_where_its_layout_is_known(monkeypatch, version, scratch, direct):
+    monkeypatch.setattr(launch.triton, "__version__", version)
+    compiled = types.SimpleNamespace(run=_FakeCudaLauncher(scratch), function=7, packed_metadata=(4, 1, 0))
+    fn, prefix = launch._bind(compiled)
+    if direct:
+        assert fn is compiled.run.launch
+        assert prefix == (7, False, True, None, None, (4, 1, 0), None, None, None)
+    else:
+        assert fn is compiled.run and prefix == (7, (4, 1, 0), None, None, None)
 
 
 def test_tensor_on_another_device_switches_to_it_for_the_launch(gpu_like, monkeypatch):

@@ -72,7 +72,10 @@ def forward(x: torch.Tensor, act: int) -> torch.Tensor:
     """``act(x)`` into a tensor with ``x``'s shape and strides (``x`` must be dense)."""
     y = torch.empty_like(x)
     n = x.numel()
-    _FWD(((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (x, y, n), ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK)
+    _FWD.planned(
+        (x.dtype, n, act), ((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (x, y, n),
+        ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK,
+    )
     return y
 
 
@@ -80,5 +83,8 @@ def backward(dy: torch.Tensor, x: torch.Tensor, act: int) -> torch.Tensor:
     """``dy * act'(x)``; ``dy`` and ``x`` must be dense with identical strides."""
     dx = torch.empty_like(x)
     n = x.numel()
-    _BWD(((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (dy, x, dx, n), ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK)
+    _BWD.planned(
+        (dy.dtype, x.dtype, n, act), ((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (dy, x, dx, n),
+        ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK,
+    )
     return dx

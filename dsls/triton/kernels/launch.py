@@ -61,6 +61,11 @@ def next_power_of_2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints (``triton.cdiv`` costs a wrapper call in newer Triton)."""
+    return -(-a // b)
+
+
 def _build_row_config(n_cols: int, rows_hint: int) -> RowConfig:
     block_n = next_power_of_2(n_cols)
     block_m = min(max(1, ROW_TILE // block_n), rows_hint)
@@ -121,22 +126,25 @@ def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
 def _spec_key(args: tuple) -> tuple:
     """What Triton specializes a runtime argument on, for every argument (see module docstring).
 
-    Other values (None, bools) key by themselves: Triton treats them as compile-time values.
-    One plain loop: this runs on every GPU launch.
+    Ints key as a small code (1: equal to 1; 2: a multiple of 16; 0: neither; +3 outside int32),
+    tensors as ``(dtype, 16-byte aligned)``; other values (None, bools) key by themselves: Triton
+    treats them as compile-time values. One plain loop: this runs on every GPU launch.
     """
     key = []
+    append = key.append
     for a in args:
         cls = a.__class__
-        if cls is int:
-            key.append((a == 1, not a % 16, _INT32_MIN <= a <= _INT32_MAX))
-        elif cls is _Tensor:
-            key.append((a.dtype, not a.data_ptr() & 15))
+        if cls is _Tensor:
+            append((a.dtype, not a.data_ptr() & 15))
+        elif cls is int:
+            code = 1 if a == 1 else 0 if a % 16 else 2
+            append(code if _INT32_MIN <= a <= _INT32_MAX else code + 3)
         elif cls is float:
-            key.append(float)
+            append(float)
         elif isinstance(a, _Tensor):  # parameters and other subclasses: never the object itself
-            key.append((a.dtype, not a.data_ptr() & 15))
+            append((a.dtype, not a.data_ptr() & 15))
         else:
-            key.append(a)
+            append(a)
     return tuple(key)
 
 
@@ -164,6 +172,7 @@ class Launcher:
         self.constexprs = tuple(constexprs)
         self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
         self._compiled: dict[tuple, Any] = {}
+        self._planned: dict[tuple, tuple] = {}  # (device, plan) -> (launch, prefix, leading pointers)
         self._fast = not _INTERPRET and self._layout_ok()
         self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
         self._verified = False  # a direct launch has succeeded: its errors are real ones
@@ -188,7 +197,7 @@ class Launcher:
                 self._launch(grid, args, num_warps, constexprs)
             return
         device = _cuda_device_of(args)
-        if device is None:  # not a CUDA tensor: Triton's own path reports it
+        if device < 0:  # not a CUDA tensor: Triton's own path reports it
             self._launch(grid, args, num_warps, constexprs)
             return
         if device != _current_device():
@@ -200,13 +209,13 @@ class Launcher:
             self._launch(grid, args, num_warps, constexprs)
             return
         key = (device, constexprs, num_warps, _spec_key(args))
-        compiled = self._compiled.get(key)
-        if compiled is not None and self._hooks_idle():
+        bound = self._compiled.get(key)
+        if bound is not None and self._hooks_idle():
+            launch, prefix = bound
             try:
-                compiled.run(
+                launch(
                     grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                    _raw_stream(device), compiled.function, compiled.packed_metadata, None, None, None,
-                    *args, *constexprs,
+                    _raw_stream(device), *prefix, *args, *constexprs,
                 )
             except (TypeError, ValueError):
                 if self._verified:
@@ -215,6 +224,7 @@ class Launcher:
                 # other arguments. Use Triton's own path for this kernel from now on.
                 self._fast = False
                 self._compiled.clear()
+                self._planned.clear()
                 self._launch(grid, args, num_warps, constexprs)
                 return
             self._verified = True
@@ -223,7 +233,60 @@ class Launcher:
         if _compiled_usable(compiled):
             if len(self._compiled) >= _MAX_VARIANTS:
                 self._compiled.clear()
-            self._compiled[key] = compiled
+            self._compiled[key] = _bind(compiled)
+
+    def planned(self, plan: Any, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
+        """``self(grid, args, num_warps, *constexprs)`` for callers that hold a plan key.
+
+        ``plan`` is any hashable that determines everything Triton specializes on except pointer
+        alignment: the tensors' dtypes, every int argument, ``num_warps`` and the constexprs (a
+        row kernel's rows, dtypes and flags, say). The launch key is then ``plan`` plus one
+        alignment check over the leading tensor arguments, in place of inspecting every argument.
+        Anything off the plain path (stubs, the interpreter, another device, a misaligned
+        pointer, hooks) goes through ``__call__``.
+        """
+        if _launch_stub is not None or _INTERPRET:
+            self(grid, args, num_warps, *constexprs)
+            return
+        device = _cuda_device_of(args)
+        entry = self._planned.get((device, plan))
+        if entry is None or device != _current_device() or not self._fast or not self._hooks_idle():
+            self(grid, args, num_warps, *constexprs)
+            if device >= 0 and self._fast:
+                self._remember_plan(device, plan, args, num_warps, constexprs)
+            return
+        launch, prefix, pointers = entry
+        for i in range(pointers):
+            if args[i].data_ptr() & 15:
+                self(grid, args, num_warps, *constexprs)
+                return
+        try:
+            launch(
+                grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                _raw_stream(device), *prefix, *args, *constexprs,
+            )
+        except (TypeError, ValueError):
+            if self._verified:
+                raise
+            self._fast = False  # this Triton's launcher takes other arguments: see __call__
+            self._compiled.clear()
+            self._planned.clear()
+            self._launch(grid, args, num_warps, constexprs)
+            return
+        self._verified = True
+
+    def _remember_plan(self, device: int, plan: Any, args: tuple, num_warps: int, constexprs: tuple) -> None:
+        """Bind ``plan`` to the compiled variant the call just used, when all its pointers were aligned."""
+        pointers = 0
+        while pointers < len(args) and isinstance(args[pointers], _Tensor):
+            if args[pointers].data_ptr() & 15:
+                return
+            pointers += 1
+        bound = self._compiled.get((device, constexprs, num_warps, _spec_key(args)))
+        if bound is not None:
+            if len(self._planned) >= _MAX_VARIANTS:
+                self._planned.clear()
+            self._planned[(device, plan)] = (*bound, pointers)
 
     def _hooks_idle(self) -> bool:
         """Nothing Triton would call around a launch: no pre-run hooks, no launch hooks."""
@@ -241,12 +304,35 @@ class Launcher:
         return self.kernel[grid](*args, num_warps=num_warps, **dict(zip(self.constexprs, constexprs, strict=True)))
 
 
-def _cuda_device_of(args: tuple) -> int | None:
-    """Index of the CUDA device of the first argument (None when it is not a CUDA tensor)."""
+def _cuda_device_of(args: tuple) -> int:
+    """Index of the CUDA device of the first argument (-1 when it is not a CUDA tensor)."""
     first = args[0]
-    if isinstance(first, torch.Tensor) and first.is_cuda:
-        return first.get_device()
-    return None
+    if first.__class__ is _Tensor or isinstance(first, _Tensor):
+        return first.get_device()  # -1 for CPU tensors
+    return -1
+
+
+# Triton versions whose CUDA launcher object is known field by field: for them a launch calls the
+# compiled C launcher directly, skipping the Python ``__call__`` that only allocates scratch
+# buffers (none for these kernels). Other versions go through ``compiled.run``.
+_DIRECT_LAUNCH_VERSIONS = ("3.6.",)
+
+
+def _bind(compiled: Any) -> tuple[Callable[..., Any], tuple]:
+    """``(launch, prefix)`` for a compiled kernel: a launch is
+    ``launch(grid_x, grid_y, grid_z, stream, *prefix, *args, *constexprs)``."""
+    run = compiled.run
+    hooks = (compiled.packed_metadata, None, None, None)  # launch metadata, enter hook, exit hook: none
+    if (
+        triton.__version__.startswith(_DIRECT_LAUNCH_VERSIONS)
+        and callable(getattr(run, "launch", None))
+        and getattr(run, "global_scratch_size", None) == 0
+        and getattr(run, "profile_scratch_size", None) == 0
+        and hasattr(run, "launch_cooperative_grid")
+        and hasattr(run, "launch_pdl")
+    ):
+        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None, *hooks)
+    return run, (compiled.function, *hooks)
 
 
 def _compiled_usable(compiled: Any) -> bool:

@@ -78,7 +78,8 @@ def forward(
     rstd = x.new_empty(stats, dtype=stats_dtype)
     mean = None if rms else x.new_empty(stats, dtype=stats_dtype)
     cfg = row_config(m, n)
-    _FWD(
+    _FWD.planned(
+        (rows, x.dtype, stats_dtype, rms, weight is not None, bias is not None),
         ((m + cfg.block_m - 1) // cfg.block_m,),
         (
             x, x if weight is None else weight, x if bias is None else bias, y,
@@ -101,15 +102,9 @@ def backward(
     rms: bool,
     param_shape: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Gradients ``(dx, dw fp32, db fp32)``; entries not in ``need`` are None.
+    """Gradients ``(dx, dw, db)``; entries not in ``need`` are None.
 
-    ``dx`` is shaped like ``x``, ``dw`` and ``db`` are ``[N]`` or ``param_shape``, all contiguous.
-    ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
+    ``dx`` is shaped like ``x``, ``dw`` and ``db`` are ``[N]`` or ``param_shape`` in the weight's
+    dtype, all contiguous. ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
     """
-    dx, dw, db = norm_backward.backward(dy, dy_rows, x, x_rows, mean, rstd, weight, need, rms)
-    final = (x_rows.n_cols,) if param_shape is None else param_shape
-    return (
-        None if dx is None else dx.view(x.shape),
-        None if dw is None else dw.view(final),
-        None if db is None else db.view(final),
-    )
+    return norm_backward.backward(dy, dy_rows, x, x_rows, mean, rstd, weight, need, rms, param_shape)

@@ -16,14 +16,17 @@ Either way one column-parallel kernel folds the partial rows into dw/db.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
+from python_native.speckey import SpecializationCache
 from python_native_dsls.triton.ops._layout import Rows
 
 from . import tuning
-from .launch import Launcher, cast_out
+from .launch import Launcher, cast_out, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -168,7 +171,7 @@ def _norm_bwd_cols_kernel(
 @triton.jit
 def _column_sum_kernel(PART, OUT, n_parts, part_stride, n_cols, col_offset, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``OUT[c] = sum_p PART[p, col_offset + c]`` over one strip of columns, ``BLOCK_M`` partial rows
-    at a time."""
+    at a time, stored in ``OUT``'s dtype (the parameters')."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -177,7 +180,7 @@ def _column_sum_kernel(PART, OUT, n_parts, part_stride, n_cols, col_offset, BLOC
         mask = (parts < n_parts)[:, None] & col_ok[None, :]
         ptrs = PART + parts.to(tl.int64)[:, None] * part_stride + col_offset + cols[None, :]
         acc += tl.load(ptrs, mask=mask, other=0.0)
-    tl.store(OUT + cols, tl.sum(acc, axis=0), mask=col_ok)
+    tl.store(OUT + cols, cast_out(tl.sum(acc, axis=0), OUT.dtype.element_ty), mask=col_ok)
 
 
 _FLAGS = ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_N")
@@ -189,25 +192,51 @@ _COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"))
 
 def _split_rows(n_rows: int, block_m: int, programs: int) -> tuple[int, int]:
     """``(programs, rows_per_program)``: contiguous row blocks, a multiple of ``block_m`` each."""
-    blocks = triton.cdiv(n_rows, block_m)
-    per_program = triton.cdiv(blocks, max(1, min(blocks, programs))) * block_m
-    return triton.cdiv(n_rows, per_program), per_program
+    blocks = cdiv(n_rows, block_m)
+    per_program = cdiv(blocks, max(1, min(blocks, programs))) * block_m
+    return cdiv(n_rows, per_program), per_program
 
 
-def _reduce_partials(part: torch.Tensor, n_parts: int, n: int, need_dw: bool, need_db: bool):
-    """Fold the partial rows into ``(dw, db)`` fp32 vectors (None where not needed); one launch
-    covers both when both are needed (they sit side by side in each partial row)."""
-    width = n * (need_dw + need_db)
-    offset = 0 if need_dw else n
-    cfg = tuning.tile("column_sum", torch.float32, width)
-    total = torch.empty((width,), dtype=torch.float32, device=part.device)
-    _COLUMN_SUM(
-        (triton.cdiv(width, cfg.block_n),), (part, total, n_parts, 2 * n, width, offset),
-        cfg.num_warps, cfg.block_m, cfg.block_n,
-    )
-    if need_dw and need_db:
-        return total[:n], total[n:]
-    return (total, None) if need_dw else (None, total)
+class _Plan(NamedTuple):
+    """Everything about a backward launch that follows from its specialization key, worked out once."""
+
+    register_rows: bool  # rows fit the register tile: one pass; else row sums, then column strips
+    grid: tuple[int, ...]
+    programs: int  # partial rows of dw/db (row blocks)
+    per_program: int
+    num_warps: int
+    block_m: int
+    block_n: int
+    sums_grid: tuple[int, ...]  # the row-sums pre-pass (wide rows only)
+    sums: tuning.Tile | None
+    reduce_grid: tuple[int, ...]  # the column sum folding the partial rows
+    reduce: tuning.Tile | None
+    reduce_width: int
+    reduce_offset: int
+
+
+def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool], slots: int) -> _Plan:
+    need_dx, need_dw, need_db = need
+    reduce = need_dw or need_db
+    width, offset = n * (need_dw + need_db), 0 if need_dw else n
+    folding = tuning.tile("column_sum", torch.float32, width) if reduce else None
+    reduce_grid = (cdiv(width, folding.block_n),) if folding is not None else ()
+    if n <= tuning.NORM_BWD_REGISTER_MAX:
+        cfg = tuning.tile("norm_bwd_rows", dtype, n)
+        programs, per_program = _split_rows(m, cfg.block_m, slots if reduce else cdiv(m, cfg.block_m))
+        return _Plan(True, (programs,), programs, per_program, cfg.num_warps, cfg.block_m, next_power_of_2(n),
+                     (), None, reduce_grid, folding, width, offset)
+    sums = tuning.tile("norm_bwd_row_sums", dtype, n) if need_dx else None
+    cfg = tuning.tile("norm_bwd_cols", dtype, n)
+    strips = cdiv(n, cfg.block_n)
+    wanted = max(1, slots // strips) if reduce else cdiv(m, cfg.block_m)
+    programs, per_program = _split_rows(m, cfg.block_m, wanted)
+    sums_grid = (cdiv(m, sums.block_m),) if sums is not None else ()
+    return _Plan(False, (strips, programs), programs, per_program, cfg.num_warps, cfg.block_m, cfg.block_n,
+                 sums_grid, sums, reduce_grid, folding, width, offset)
+
+
+_PLANS: SpecializationCache[_Plan] = SpecializationCache(_build_plan, 4096)
 
 
 def backward(
@@ -220,46 +249,60 @@ def backward(
     weight: torch.Tensor | None,
     need: tuple[bool, bool, bool],
     rms: bool,
+    param_shape: tuple[int, ...] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Gradients ``(dx [M, N], dw [N] fp32, db [N] fp32)``; entries not in ``need`` are None."""
+    """Gradients ``(dx, dw, db)``; entries not in ``need`` are None.
+
+    Outputs are allocated in their final form, so no view or cast follows: ``dx`` contiguous in
+    ``x``'s shape and dtype, ``dw`` / ``db`` shaped ``param_shape`` (default ``[N]``) in the
+    weight's dtype (fp32 without a weight).
+    """
     need_dx, need_dw, need_db = need
-    if not any(need):
+    if not (need_dx or need_dw or need_db):
         return None, None, None
     m, n = x_rows.n_rows, x_rows.n_cols
-    reduce = need_dw or need_db
-    slots = tuning.persistent_programs(x.device)
-    dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
+    slots = tuning.persistent_programs(x.get_device())
+    plan = _PLANS.get((m, n, x.dtype, need, slots), m, n, x.dtype, need, slots)
+    reduce = plan.reduce is not None
+    dx = x.new_empty(x.shape) if need_dx else None
     strides = (dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride)
     flags = (rms, weight is not None, need_dx, need_dw, need_db)
     w = x if weight is None else weight
     stat = rstd if mean is None else mean
-    if n <= tuning.NORM_BWD_REGISTER_MAX:
-        cfg = tuning.tile("norm_bwd_rows", x.dtype, n)
-        programs, per_program = _split_rows(m, cfg.block_m, slots if reduce else triton.cdiv(m, cfg.block_m))
-        part = torch.empty((programs, 2 * n), dtype=torch.float32, device=x.device) if reduce else rstd
-        _ROWS(
-            (programs,), (dy, x, w, stat, rstd, x if dx is None else dx, part, m, n, per_program, *strides),
-            cfg.num_warps, *flags, cfg.block_m, triton.next_power_of_2(n),
+    part = x.new_empty((plan.programs, 2 * n), dtype=torch.float32) if reduce else rstd
+    # What the launches specialize on beyond the plan: the layouts and the dtypes of the inputs.
+    spec = (dy_rows, x_rows, dy.dtype, x.dtype, w.dtype, stat.dtype, rstd.dtype, flags, slots)
+    if plan.register_rows:
+        _ROWS.planned(
+            spec, plan.grid, (dy, x, w, stat, rstd, x if dx is None else dx, part, m, n, plan.per_program, *strides),
+            plan.num_warps, *flags, plan.block_m, plan.block_n,
         )
     else:
         c1 = c2 = rstd
-        if need_dx:
-            sums = tuning.tile("norm_bwd_row_sums", x.dtype, n)
-            c1 = torch.empty((m,), dtype=torch.float32, device=x.device)
-            c2 = c1 if rms else torch.empty((m,), dtype=torch.float32, device=x.device)
+        if plan.sums is not None:
+            sums = plan.sums
+            c1 = x.new_empty((m,), dtype=torch.float32)
+            c2 = c1 if rms else x.new_empty((m,), dtype=torch.float32)
             _ROW_SUMS(
-                (triton.cdiv(m, sums.block_m),), (dy, x, w, stat, rstd, c1, c2, m, n, *strides),
+                plan.sums_grid, (dy, x, w, stat, rstd, c1, c2, m, n, *strides),
                 sums.num_warps, rms, weight is not None, sums.block_m, sums.block_n,
             )
-        cfg = tuning.tile("norm_bwd_cols", x.dtype, n)
-        strips = triton.cdiv(n, cfg.block_n)
-        wanted = max(1, slots // strips) if reduce else triton.cdiv(m, cfg.block_m)
-        programs, per_program = _split_rows(m, cfg.block_m, wanted)
-        part = torch.empty((programs, 2 * n), dtype=torch.float32, device=x.device) if reduce else rstd
-        _COLS(
-            (strips, programs),
-            (dy, x, w, stat, rstd, c1, c2, x if dx is None else dx, part, m, n, per_program, *strides),
-            cfg.num_warps, *flags, cfg.block_m, cfg.block_n,
+        _COLS.planned(
+            spec, plan.grid,
+            (dy, x, w, stat, rstd, c1, c2, x if dx is None else dx, part, m, n, plan.per_program, *strides),
+            plan.num_warps, *flags, plan.block_m, plan.block_n,
         )
-    dw, db = _reduce_partials(part, programs, n, need_dw, need_db) if reduce else (None, None)
-    return dx, dw, db
+    if not reduce:
+        return dx, None, None
+    # Fold the partial rows; one launch covers dw and db (side by side in each partial row).
+    final = (n,) if param_shape is None else param_shape
+    both = need_dw and need_db
+    total = x.new_empty((2, *final) if both else final, dtype=torch.float32 if weight is None else weight.dtype)
+    folding = plan.reduce
+    _COLUMN_SUM.planned(
+        (n, plan.programs, plan.reduce_width, plan.reduce_offset, total.dtype), plan.reduce_grid, (part, total, plan.programs, 2 * n, plan.reduce_width, plan.reduce_offset),
+        folding.num_warps, folding.block_m, folding.block_n,
+    )
+    if both:
+        return dx, total[0], total[1]
+    return (dx, total, None) if need_dw else (dx, None, total)

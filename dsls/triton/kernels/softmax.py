@@ -141,7 +141,8 @@ def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> t
     # empty_like is the cheapest allocation call from Python; rows are written row-major.
     y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
     cfg = row_config(m, n)
-    _FWD(
+    _FWD.planned(
+        (rows, x.dtype, out_dtype, log),
         ((m + cfg.block_m - 1) // cfg.block_m,), (x, y, m, n, rows.row_stride, rows.col_stride),
         cfg.num_warps, log, cfg.block_m, cfg.block_n,
     )
@@ -163,7 +164,8 @@ def backward(
     dx = torch.empty_like(y, dtype=out_dtype, memory_format=torch.contiguous_format)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
     cfg = row_config(m, n)
-    _BWD(
+    _BWD.planned(
+        (dy_rows, y_rows, dy.dtype, y.dtype, out_dtype, log),
         ((m + cfg.block_m - 1) // cfg.block_m,), (dy, y, dx, m, n, *strides),
         cfg.num_warps, log, cfg.block_m, cfg.block_n,
     )

@@ -25,7 +25,7 @@ from python_native_dsls.triton.ops._layout import Rows
 
 from . import softmax as packed
 from . import tuning
-from .launch import Launcher, cast_out
+from .launch import Launcher, cast_out, cdiv, next_power_of_2
 
 
 @triton.jit
@@ -136,8 +136,8 @@ _GRAD = Launcher(_softmax_slice_grad_kernel, ("LOG", "BLOCK_S", "BLOCK_N"))
 def _slices(n: int, dtype: torch.dtype) -> tuple[int, int, int]:
     """``(slice columns, slices per row, chunk)`` for the split-row path."""
     slice_cols = tuning.SOFTMAX_SLICE
-    chunk = min(tuning.tile("softmax_slice", dtype, slice_cols).block_n, triton.next_power_of_2(slice_cols))
-    return slice_cols, triton.cdiv(n, slice_cols), chunk
+    chunk = min(tuning.tile("softmax_slice", dtype, slice_cols).block_n, next_power_of_2(slice_cols))
+    return slice_cols, cdiv(n, slice_cols), chunk
 
 
 def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
@@ -155,7 +155,7 @@ def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> t
         psum = torch.empty((m, n_slices), dtype=torch.float32, device=x.device)
         common = (n, *strides, n_slices, slice_cols)
         _STATS((m, n_slices), (x, pmax, psum, *common), cfg.num_warps, chunk)
-        _WRITE((m, n_slices), (x, y, pmax, psum, *common), cfg.num_warps, log, triton.next_power_of_2(n_slices), chunk)
+        _WRITE((m, n_slices), (x, y, pmax, psum, *common), cfg.num_warps, log, next_power_of_2(n_slices), chunk)
     else:
         packed._FWD_LOOPED((m,), (x, y, n, *strides), packed.LOOP_WARPS, log, packed.LOOP_BLOCK)
     return y
@@ -177,7 +177,7 @@ def backward(
         pdot = torch.empty((m, n_slices), dtype=torch.float32, device=y.device)
         common = (n, *strides, n_slices, slice_cols)
         _DOT((m, n_slices), (dy, y, pdot, *common), cfg.num_warps, log, chunk)
-        _GRAD((m, n_slices), (dy, y, dx, pdot, *common), cfg.num_warps, log, triton.next_power_of_2(n_slices), chunk)
+        _GRAD((m, n_slices), (dy, y, dx, pdot, *common), cfg.num_warps, log, next_power_of_2(n_slices), chunk)
     else:
         packed._BWD_LOOPED((m,), (dy, y, dx, n, *strides), packed.LOOP_WARPS, log, packed.LOOP_BLOCK)
     return dx

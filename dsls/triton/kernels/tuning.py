@@ -34,7 +34,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import triton
 
 # Widest rows whose backward keeps a whole row (and the dw/db accumulators) in registers.
 NORM_BWD_REGISTER_MAX = 8192
@@ -119,15 +118,14 @@ TABLE: dict[tuple[str, torch.dtype, int], Tile] = {
 def tile(kernel: str, dtype: torch.dtype, n_cols: int) -> Tile:
     """The table entry for ``kernel`` on rows of ``n_cols`` columns of ``dtype`` (widths past the
     last bucket use the last bucket: those kernels stream columns anyway)."""
-    bucket = min(triton.next_power_of_2(max(1, n_cols)), _BUCKETS[-1])
+    bucket = min(1 << (max(1, n_cols) - 1).bit_length(), _BUCKETS[-1])
     return TABLE[(kernel, dtype, bucket)]
 
 
-def persistent_programs(device: torch.device) -> int:
-    """Programs of a persistent grid on ``device``."""
-    if device.type != "cuda":
+def persistent_programs(device_index: int) -> int:
+    """Programs of a persistent grid on CUDA device ``device_index`` (-1: a CPU tensor, the interpreter)."""
+    if device_index < 0:
         return INTERPRETER_PROGRAMS
     from .launch import sm_count
 
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return PROGRAMS_PER_SM * sm_count(index)
+    return PROGRAMS_PER_SM * sm_count(device_index)
