@@ -8,7 +8,9 @@ which kernel makes a row of ``python -m python_native bench`` slow.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -43,8 +45,17 @@ def main(argv: list[str]) -> int:
                 for _ in range(10):
                     run_once()
                 torch.cuda.synchronize()
+            host = []
+            for _ in range(20):  # host time to enqueue one call, the GPU idle at its start
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                run_once()
+                host.append((time.perf_counter() - start) * 1e6)
+                torch.cuda.synchronize()
+            timed = bench.gpu_timer()(fn, inputs.leaves)
         fired = sorted({f"{e.op}:{e.outcome}" for e in t.events})
         print(f"=== {case.label} {argv[3]} — {label}; routed: {fired}")
+        print(f"host us to enqueue one call: median {statistics.median(host):.1f}; do_bench {timed:.4f} ms")
         print(prof.key_averages().table(sort_by="device_time_total", row_limit=8, max_name_column_width=70))
     return 0
 

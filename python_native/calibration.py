@@ -65,6 +65,32 @@ def any_tables() -> bool:
         return False
 
 
+def gates_needed(dispatch_key: str) -> bool:
+    """Whether overrides installed at ``dispatch_key`` need gates: some table in force could apply here.
+
+    Tables named by ``PYTHON_NATIVE_CALIBRATION`` always do. Of the packaged ones, only a table for
+    a device this machine has: ``"cpu"`` for the interpreter's CPU key, and at the CUDA key the GPU
+    models NVML names (all tables when NVML cannot tell). Elsewhere the conds are bound unwrapped
+    and cost nothing extra.
+    """
+    if not any_tables():
+        return False
+    if os.environ.get(ENV_VAR, "").strip():
+        return True
+    try:
+        tables = _ensure_loaded()
+    except (OSError, ValueError):
+        return True  # the gate treats an unreadable table as uncalibrated, and says so in the report
+    if dispatch_key == "CPU":
+        return "cpu" in tables
+    if dispatch_key != "CUDA":
+        return True
+    from python_native import nvml
+
+    keys = nvml.device_keys()
+    return keys is None or not keys.isdisjoint(tables)
+
+
 def validate(table: dict[str, Any], source: str = "table") -> None:
     """Raise ``ValueError`` naming what is wrong with a table read from ``source``."""
     if not isinstance(table, dict) or table.get("format") != FORMAT:

@@ -50,15 +50,15 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``).
 
-    Where a calibration table exists, each cond is gated by it (declining where this DSL loses to
-    aten, or where another DSL on the op is calibrated faster and would serve the call) and ops
-    slower than aten on every calibrated device are left out; without one each cond is bound as
-    is, at no cost. One op that cannot be installed here never costs the others.
+    Where a calibration table could apply to this machine, each cond is gated by it (declining where
+    this DSL loses to aten, or where another DSL on the op is calibrated faster and would serve the
+    call) and ops slower than aten on this machine's calibrated device are left out; elsewhere each
+    cond is bound as is, at no cost. One op that cannot be installed here never costs the others.
     """
     from python_native import calibration, register_op_override
 
     log = logging.getLogger("python_native")
-    calibrated = calibration.any_tables()
+    calibrated = calibration.gates_needed(dispatch_key)
     handles = []
     for spec in specs:
         cond = spec.cond

@@ -128,6 +128,35 @@ def test_packaged_tables_drop_an_op_only_for_the_model_nvml_names(tmp_path, monk
         calibration.reset()
 
 
+@pytest.mark.parametrize(
+    "table_device, key, machine, needed",
+    [
+        ("cpu", "CPU", None, True),  # a table for the interpreter's device
+        (FAKE_DEVICE, "CPU", None, False),  # only a GPU's table: the CPU key needs no gate
+        (FAKE_DEVICE, "CUDA", frozenset({FAKE_DEVICE}), True),
+        (FAKE_DEVICE, "CUDA", frozenset({"Other GPU/sm80"}), False),  # no table for this machine's GPU
+        (FAKE_DEVICE, "CUDA", None, True),  # NVML cannot tell: gate, the gate resolves per device
+    ],
+)
+def test_packaged_tables_gate_only_the_keys_they_can_apply_to(tmp_path, monkeypatch, table_device, key, machine, needed):
+    from python_native import nvml
+
+    (tmp_path / "t.json").write_text(json.dumps(table(device=table_device)))
+    monkeypatch.delenv(calibration.ENV_VAR, raising=False)
+    monkeypatch.setattr(calibration, "PACKAGED_DIR", tmp_path)
+    monkeypatch.setattr(nvml, "device_keys", lambda: machine)
+    calibration.reset()
+    try:
+        assert calibration.gates_needed(key) is needed
+        monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))  # a user's own tables always gate
+        assert calibration.gates_needed(key) is True
+    finally:
+        calibration.reset()
+    monkeypatch.setattr(calibration, "PACKAGED_DIR", tmp_path / "none")
+    monkeypatch.delenv(calibration.ENV_VAR)
+    assert calibration.gates_needed(key) is False  # no table at all
+
+
 def test_nvml_probe_answers_without_a_driver_or_names_models():
     from python_native import nvml
 

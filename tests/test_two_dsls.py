@@ -177,7 +177,7 @@ def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch)
     import python_native_dsls.cutedsl as cutedsl
 
     installed = []
-    monkeypatch.setattr(calibration, "any_tables", lambda: True)
+    monkeypatch.setattr(calibration, "gates_needed", lambda dispatch_key: True)
     monkeypatch.setattr(calibration, "never_wins", lambda op, dsl="triton": False)
     monkeypatch.setattr(pn, "register_op_override", lambda dsl, lib, op, key, cond, impl, **kw: installed.append(
         (dsl, op, key, cond)) or object())

@@ -16,24 +16,23 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from python_native.speckey import SpecializationCache
 from python_native_dsls.triton import interpret_mode
-from python_native_dsls.triton.ops._layout import MAX_NORM_COLS
-
-# Widest row a single program holds in registers; longer rows decline (norms) or loop (softmax).
-MAX_ROW_BLOCK = MAX_NORM_COLS
-# Elements per program for short rows: enough rows are packed together to fill the tile.
-ROW_TILE = 2048
-# Elements per program for elementwise kernels: 16 per thread at 8 warps.
-ELEMENTWISE_BLOCK = 4096
-ELEMENTWISE_WARPS = 8
-
+from python_native_dsls.triton.ops._tiles import (  # noqa: F401  (re-exported for the kernel modules)
+    ELEMENTWISE_BLOCK,
+    ELEMENTWISE_WARPS,
+    MAX_ROW_BLOCK,
+    ROW_TILE,
+    RowConfig,
+    cdiv,
+    next_power_of_2,
+    row_config,
+)
 
 # Triton's interpreter truncates fp32 -> bf16 where GPUs round to nearest even; under the
 # interpreter the kernels round explicitly so that results match what a GPU produces.
@@ -48,38 +47,6 @@ def cast_out(x, dtype: tl.constexpr):
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
         x = bits.to(tl.float32, bitcast=True)
     return x.to(dtype)
-
-
-class RowConfig(NamedTuple):
-    block_m: int  # rows per program
-    block_n: int  # columns per program: the whole row, rounded up to a power of two
-    num_warps: int
-
-
-def next_power_of_2(n: int) -> int:
-    """Smallest power of two >= ``n`` (``triton.next_power_of_2`` costs a wrapper call in newer Triton)."""
-    return 1 << (n - 1).bit_length() if n > 1 else 1
-
-
-def cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for positive ints (``triton.cdiv`` costs a wrapper call in newer Triton)."""
-    return -(-a // b)
-
-
-def _build_row_config(n_cols: int, rows_hint: int) -> RowConfig:
-    block_n = next_power_of_2(n_cols)
-    block_m = min(max(1, ROW_TILE // block_n), rows_hint)
-    num_warps = min(16, max(2, block_m * block_n // 512))
-    return RowConfig(block_m, block_n, num_warps)
-
-
-_ROW_CONFIGS: SpecializationCache[RowConfig] = SpecializationCache(_build_row_config)
-
-
-def row_config(n_rows: int, n_cols: int) -> RowConfig:
-    """Tile for a row-wise kernel; ``n_rows`` only caps how many rows share a program."""
-    rows_hint = min(1 << (n_rows - 1).bit_length() if n_rows > 1 else 1, ROW_TILE)
-    return _ROW_CONFIGS.get((n_cols, rows_hint), n_cols, rows_hint)
 
 
 @functools.lru_cache(maxsize=16)

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from python_native_dsls.triton.ops._layout import Rows
+from python_native_dsls.triton.ops._tiles import RowPlan
 
 from .launch import MAX_ROW_BLOCK, Launcher, cast_out, row_config
 
@@ -168,6 +169,40 @@ def backward(
         (dy_rows, y_rows, dy.dtype, y.dtype, out_dtype, log),
         ((m + cfg.block_m - 1) // cfg.block_m,), (dy, y, dx, m, n, *strides),
         cfg.num_warps, log, cfg.block_m, cfg.block_n,
+    )
+    return dx
+
+
+def run_forward(x: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
+    """``forward`` along a plan from ``ops.softmax``: the layout work was done once, for its key."""
+    if plan.looped:
+        return forward(x, plan.rows, plan.out_dtype, log)
+    if plan.fresh_like:
+        y = torch.empty_like(x)
+    else:
+        y = torch.empty_like(x, dtype=plan.out_dtype, memory_format=torch.contiguous_format)
+    rows = plan.rows
+    _FWD.planned(
+        plan.serial + log, plan.grid, (x, y, rows.n_rows, rows.n_cols, rows.row_stride, rows.col_stride),
+        plan.num_warps, log, plan.block_m, plan.block_n,
+    )
+    return y
+
+
+def run_backward(dy: torch.Tensor, y: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
+    """``backward`` along a plan from ``ops.softmax``."""
+    if plan.looped:
+        return backward(dy, plan.grad_rows, y, plan.rows, plan.out_dtype, log)
+    if plan.fresh_like:
+        dx = torch.empty_like(y)
+    else:
+        dx = torch.empty_like(y, dtype=plan.out_dtype, memory_format=torch.contiguous_format)
+    rows, grad_rows = plan.rows, plan.grad_rows
+    _BWD.planned(
+        plan.serial + log, plan.grid,
+        (dy, y, dx, rows.n_rows, rows.n_cols, grad_rows.row_stride, grad_rows.col_stride, rows.row_stride,
+         rows.col_stride),
+        plan.num_warps, log, plan.block_m, plan.block_n,
     )
     return dx
 

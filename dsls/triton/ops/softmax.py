@@ -12,8 +12,11 @@ from types import ModuleType
 
 import torch
 
+from python_native.speckey import SpecializationCache
+
 from . import OverrideSpec
 from ._layout import float_dtype, on_backend, reduced_rows, row_fits
+from ._tiles import RowPlan, row_plan
 
 Tensor = torch.Tensor
 
@@ -30,54 +33,97 @@ def _half_to_float_ok(x: Tensor) -> bool:
     return x.dtype == torch.float16 and x.device.type == "cuda"
 
 
-def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
+def _forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan | None:
+    """The launch plan for a forward the kernels take, else None (metadata only)."""
     if not (on_backend(self) and float_dtype(self)):
-        return False
+        return None
     if half_to_float and not _half_to_float_ok(self):
-        return False
-    return row_fits(reduced_rows(self, dim))
-
-
-def _softmax_impl(self: Tensor, dim: int, half_to_float: bool, *, log: bool) -> Tensor:
+        return None
+    rows = reduced_rows(self, dim)
+    if not row_fits(rows):
+        return None
     out_dtype = torch.float32 if half_to_float else self.dtype
-    return _kernels().forward(self, reduced_rows(self, dim), out_dtype, log)
+    return row_plan(rows, out_dtype, self.is_contiguous() and out_dtype == self.dtype)
 
 
-def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> bool:
+def _backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> RowPlan | None:
     if not (on_backend(grad_output, output) and float_dtype(output)):
-        return False
+        return None
     if grad_output.dtype != output.dtype or grad_output.shape != output.shape:
-        return False
+        return None
     # Either no conversion, or the backward of a half_to_float forward (fp32 grads, fp16 input).
     if input_dtype != output.dtype and not (
         output.dtype == torch.float32 and input_dtype == torch.float16 and output.device.type == "cuda"
     ):
-        return False
-    return row_fits(reduced_rows(output, dim)) and row_fits(reduced_rows(grad_output, dim))
+        return None
+    rows, grad_rows = reduced_rows(output, dim), reduced_rows(grad_output, dim)
+    if not (row_fits(rows) and row_fits(grad_rows)):
+        return None
+    return row_plan(rows, input_dtype, output.is_contiguous() and input_dtype == output.dtype, grad_rows)
 
 
-def _softmax_backward_impl(
-    grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype, *, log: bool
-) -> Tensor:
-    return _kernels().backward(
-        grad_output, reduced_rows(grad_output, dim), output, reduced_rows(output, dim), input_dtype, log
+_FORWARD_PLANS: SpecializationCache[RowPlan | None] = SpecializationCache(_forward_plan, 4096)
+_BACKWARD_PLANS: SpecializationCache[RowPlan | None] = SpecializationCache(_backward_plan, 4096)
+
+
+def forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan | None:
+    """The forward plan, cached per layout for real tensors (FakeTensors are planned directly)."""
+    if type(self) is not Tensor:
+        return _forward_plan(self, dim, half_to_float)
+    key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu, dim, half_to_float)
+    return _FORWARD_PLANS.get(key, self, dim, half_to_float)
+
+
+def backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> RowPlan | None:
+    if type(grad_output) is not Tensor or type(output) is not Tensor:
+        return _backward_plan(grad_output, output, dim, input_dtype)
+    key = (
+        output.size(), output.stride(), output.dtype, output.is_cuda, output.is_cpu,
+        grad_output.size(), grad_output.stride(), grad_output.dtype, grad_output.is_cuda, grad_output.is_cpu,
+        dim, input_dtype,
     )
+    return _BACKWARD_PLANS.get(key, grad_output, output, dim, input_dtype)
+
+
+def _impl_forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan:
+    """The cond's plan; or, for an impl called directly where the cond would decline (tests run
+    the fp16-to-fp32 kernels on CPU this way), a plan from the layout alone."""
+    plan = forward_plan(self, dim, half_to_float)
+    if plan is None:
+        out_dtype = torch.float32 if half_to_float else self.dtype
+        plan = row_plan(reduced_rows(self, dim), out_dtype, False)
+    return plan
+
+
+def _impl_backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> RowPlan:
+    plan = backward_plan(grad_output, output, dim, input_dtype)
+    if plan is None:
+        plan = row_plan(reduced_rows(output, dim), input_dtype, False, reduced_rows(grad_output, dim))
+    return plan
+
+
+def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
+    return forward_plan(self, dim, half_to_float) is not None
 
 
 def softmax_impl(self: Tensor, dim: int, half_to_float: bool) -> Tensor:
-    return _softmax_impl(self, dim, half_to_float, log=False)
+    return _kernels().run_forward(self, _impl_forward_plan(self, dim, half_to_float), False)
 
 
 def log_softmax_impl(self: Tensor, dim: int, half_to_float: bool) -> Tensor:
-    return _softmax_impl(self, dim, half_to_float, log=True)
+    return _kernels().run_forward(self, _impl_forward_plan(self, dim, half_to_float), True)
+
+
+def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> bool:
+    return backward_plan(grad_output, output, dim, input_dtype) is not None
 
 
 def softmax_backward_impl(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> Tensor:
-    return _softmax_backward_impl(grad_output, output, dim, input_dtype, log=False)
+    return _kernels().run_backward(grad_output, output, _impl_backward_plan(grad_output, output, dim, input_dtype), False)
 
 
 def log_softmax_backward_impl(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> Tensor:
-    return _softmax_backward_impl(grad_output, output, dim, input_dtype, log=True)
+    return _kernels().run_backward(grad_output, output, _impl_backward_plan(grad_output, output, dim, input_dtype), True)
 
 
 OVERRIDES = [
