@@ -3,7 +3,9 @@
 The backends live in the repository's ``dsls/`` folder and are installed under the name
 ``python_native_dsls`` (see ``[tool.setuptools]`` in pyproject.toml), so no generic top-level
 name is claimed. An installed or editable package resolves that name itself; a bare checkout on
-``PYTHONPATH`` does not, and this registers the folder under it.
+``PYTHONPATH`` does not, and this registers the folder under it. It runs when ``python_native`` is
+imported, so in a bare checkout ``python_native_dsls`` can be imported only after ``python_native``
+(nor does ``import torch`` import it there: torch's entry point comes with installing).
 """
 
 from __future__ import annotations

@@ -241,7 +241,8 @@ def test_gate_in_the_real_dispatcher(tmp_path):
             torch.nn.functional.silu(torch.randn(4, 64))
         print("silu", [(e.op, e.outcome) for e in t.events])
     """)
-    env = {**os.environ, calibration.ENV_VAR: str(path), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, calibration.ENV_VAR: str(path), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1",
+           "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -144,7 +144,8 @@ def test_triton_overrides_pass_checked_mode():
         "assert len(fired) >= 4, fired\n"
         "print('checked', fired)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "PYTHON_NATIVE_CHECK": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1",
+           "PYTHON_NATIVE_CHECK": "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checked" in r.stdout

@@ -20,10 +20,23 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
-# The checkout under test comes first on the path, whichever copy the environment has installed.
-ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1",
+# The checkout under test comes first on the path, whichever copy the environment has installed; the
+# kernels run through Triton's interpreter at the CPU key, on a GPU machine too.
+ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1",
        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.S | re.M)
+
+
+def _entry_point_installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "python_native" for ep in entry_points(group="torch.backends"))
+
+
+# Installed, the package mounts itself at torch.backends.python_native on ``import torch`` (its entry
+# point). A bare checkout on PYTHONPATH has no entry point, so there each page's script first imports
+# python_native, which mounts it the same way, before the examples run as written.
+PRELUDE = "" if _entry_point_installed() else "import python_native  # in place of the torch.backends entry point\n\n"
 
 
 def examples(page: Path) -> list[str]:
@@ -42,7 +55,7 @@ def test_fences_parse():
 
 @pytest.mark.parametrize("page", [p for p in PAGES if examples(p)], ids=lambda p: p.name)
 def test_page_examples_run(page: Path, tmp_path: Path):
-    script = "\n\n".join(f"# --- example {i} of {page.name}\n{body}" for i, body in enumerate(examples(page)))
+    script = PRELUDE + "\n\n".join(f"# --- example {i} of {page.name}\n{body}" for i, body in enumerate(examples(page)))
     proc = _python(script, ENV, tmp_path)
     assert proc.returncode == 0, f"{page.name} examples failed:\n{proc.stderr[-4000:]}"
 

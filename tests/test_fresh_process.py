@@ -11,9 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(code: str, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", **env}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=300)
+def run(code: str, *argv: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1", **env}
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=environ, timeout=300)
 
 
 BAD_ORDER_FN = """
@@ -68,7 +68,9 @@ for t in threads:
 for t in threads:
     t.join()
 import python_native as pn
+import python_native_dsls
 from python_native_dsls.triton.ops import all_overrides
+assert python_native_dsls.__file__.startswith(sys.argv[1]), python_native_dsls.__file__
 expected = {s.op for s in all_overrides()}
 installed = {o.op for o in pn.overrides() if o.dsl == "triton" and o.derived_from is None}
 assert installed == expected, (installed, expected)
@@ -78,8 +80,14 @@ for e in errors:
 """
 
 
-def test_concurrent_first_imports():
-    r = run(CONCURRENT_IMPORTS, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+def test_concurrent_first_imports(tmp_path):
+    # Half the threads import python_native_dsls before python_native: that name resolves on its own
+    # only where the package is installed. A bare checkout on PYTHONPATH gets it from python_native's
+    # import (python_native/_source_tree.py), so the child is given the installed layout: the backends
+    # folder under its installed name, ahead of the checkout.
+    (tmp_path / "python_native_dsls").symlink_to(ROOT / "dsls", target_is_directory=True)
+    r = run(CONCURRENT_IMPORTS, str(tmp_path), TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+            PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "errors: 0" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr, r.stderr

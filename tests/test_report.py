@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import python_native as pn
+import python_native_dsls.triton as backend
 from conftest import always, marked_sub
 from python_native import __main__ as cli
 from python_native import demo, report
@@ -33,15 +34,21 @@ def test_report_has_legend_switches_and_skipped_families(monkeypatch):
     assert set(data["legend"]) == {"available", "unavailable", "enabled", "active", "inactive"}
     switches = {e["name"]: e for e in data["environment"]}
     assert switches["PYTHON_NATIVE_CHECK"]["value"] == "1" and "aten" in switches["PYTHON_NATIVE_CHECK"]["meaning"]
-    assert switches["PYTHON_NATIVE_TRITON_INTERPRET"]["value"] == "1"
+    # The root conftest.py sets it for the session: "1" through Triton's interpreter, "0" on a GPU.
+    interpret = switches["PYTHON_NATIVE_TRITON_INTERPRET"]
+    assert interpret["value"] == os.environ["PYTHON_NATIVE_TRITON_INTERPRET"] in ("0", "1")
+    assert interpret["set_by"] == "PYTHON_NATIVE_TRITON_INTERPRET"
     assert {"PYTHON_NATIVE_DISABLE", "PYTHON_NATIVE_ORDER_FN", "PYTHON_NATIVE_DUMP_DIR"} <= set(switches)
     text = report.render(data)
     for word in ("Legend", "inactive", "Environment switches", "PYTHON_NATIVE_CHECK = '1'"):
         assert word in text
     triton = next(d for d in data["dsls"] if d["name"] == "triton")
-    if not torch._C._dispatch_has_computed_kernel_for_dispatch_key("aten::_fused_rms_norm_backward", "CPU"):
+    key = backend.dispatch_key()
+    if not torch._C._dispatch_has_computed_kernel_for_dispatch_key("aten::_fused_rms_norm_backward", key):
         assert "_fused_rms_norm_backward" in triton["skipped"]["rms_norm"]
-        assert "not installed: rms_norm (aten::_fused_rms_norm_backward has no kernel at CPU" in text
+        assert f"not installed: rms_norm (aten::_fused_rms_norm_backward has no kernel at {key}" in text
+    else:
+        assert "rms_norm" not in triton["skipped"]
     assert json.loads(report.to_json(data)) == json.loads(json.dumps(data))
 
 

@@ -11,18 +11,38 @@ from pathlib import Path
 import pytest
 import torch
 
-import python_native as pn
+import python_native as pn  # first: registers the backends
+
+# isort: split
+import python_native_dsls.triton as backend
 from python_native import verify
 
 ROOT = Path(__file__).resolve().parent.parent
-# The checkout under test comes first on the path, whichever copy the environment has installed.
-ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1",
+# The checkout under test comes first on the path, whichever copy the environment has installed. The CLI
+# runs the Triton kernels through Triton's interpreter at the CPU key, on a GPU machine too.
+ENV = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1",
        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "python_native", "verify", *args],
                           env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+_RUNNABLE = """
+import json, torch, python_native as pn
+keys = {"CPU"} | ({"CUDA"} if torch.cuda.is_available() else set())
+print(json.dumps(sorted({o.op for o in pn.overrides() if o.derived_from is None and o.active and o.dispatch_key in keys})))
+"""
+
+
+def _runnable_under_cli_env() -> set[str]:
+    """The active overrides a process started like the CLI's installs at a key this machine runs
+    (this process's own may sit at another key: the CUDA one where the kernels run on a GPU)."""
+    proc = subprocess.run([sys.executable, "-c", _RUNNABLE], env=ENV, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def test_softmax_json_passes_and_covers_forward_and_backward():
@@ -42,7 +62,8 @@ def test_full_run_covers_every_installed_override():
     report = json.loads(proc.stdout)
     cov = report["coverage"]
     assert report["ok"] and cov["covered"] == cov["installed"] > 0 and not cov["unchecked"]
-    installed = {o.op for o in pn.overrides() if o.derived_from is None and o.dispatch_key == "CPU"}
+    installed = _runnable_under_cli_env()
+    assert "_softmax" in installed and "native_layer_norm" in installed
     assert set(cov["ops"]) == installed
 
 
@@ -62,7 +83,9 @@ def _raising_impl(self, dim, half_to_float):
 
 @pytest.mark.parametrize("impl, expected", [(_wrong_softmax, "elements off"), (_raising_impl, "raised on input its cond accepted")])
 def test_bad_override_is_reported(impl, expected):
-    handle = pn.register_op_override("triton", "aten", "_softmax", "CPU", lambda *a: True, impl, priority=100)
+    # At the key of the library it outranks: verify reports one _softmax row per (DSL, key).
+    key = backend.dispatch_key()
+    handle = pn.register_op_override("triton", "aten", "_softmax", key, lambda *a: True, impl, priority=100)
     try:
         report = verify.verify(op="_softmax", max_samples=2, dtypes=(torch.float32,))
     finally:

@@ -9,6 +9,8 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 from triton_testing import DEVICE, make, requires_triton, seeded  # noqa: F401
 
 import python_native as pn
@@ -42,6 +44,23 @@ class stubbed_launches_and_trace:
     def __exit__(self, *exc):
         self._trace.__exit__(*exc)
         return self._stub.__exit__(*exc)
+
+
+@triton.jit
+def _mark_rows_between_kernel(OUT, first, last, BLOCK: tl.constexpr):
+    for start in range(first, last, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(OUT + offs, offs, mask=offs < last)
+
+
+@interpreter_only
+def test_interpreter_takes_kernel_scalars_as_range_bounds():
+    """The interpreter holds scalars as one-element arrays; as ``range`` bounds they index as ints
+    (Triton 3.6 converts them with ``int(array)``, which numpy 2.4 and newer refuse without the fix
+    in ``python_native_dsls.triton.kernels``)."""
+    out = torch.full((12,), -1, dtype=torch.int32)
+    _mark_rows_between_kernel[(1,)](out, 3, 10, BLOCK=4)
+    assert out.tolist() == [-1, -1, -1, 3, 4, 5, 6, 7, 8, 9, -1, -1]
 
 
 @interpreter_only
