@@ -10,6 +10,10 @@ Triton's interpreter). Nothing is read at import: the files are parsed on first 
 key of a CUDA tensor is asked of torch the first time a gated cond sees that device index (CUDA is
 initialised by then, since the tensor lives there).
 
+Width class: narrow or wide rows (the last dim of that argument below or at least ``WIDE_ROW``):
+row kernels can lose on narrow rows and win on wide ones of the same size, so each (bucket, class)
+has its own verdict. Rows record the last dim they were measured at (``last_dim``).
+
 Size bucket: ``numel.bit_length()`` of the op's first tensor argument, i.e. ``floor(log2(numel)) + 1``
 (0 for empty tensors). It costs a numel() call and an int bit_length, and norms/softmaxes/activations are bandwidth
 bound, so their cost follows the element count. Buckets outside the calibrated range take the
@@ -35,7 +39,7 @@ FORMAT = 1
 MAX_BUCKET = 64
 PACKAGED_DIR = Path(__file__).with_name("calibration_tables")
 
-# device key -> {(op, dtype name) -> {dsl -> tuple of MAX_BUCKET + 1 verdicts}}; None until first loaded.
+# device key -> {(op, dtype name) -> {dsl -> 2 * (MAX_BUCKET + 1) verdicts}}; None until first loaded.
 _tables: dict[str, dict[tuple[str, str], dict[str, Verdicts]]] | None = None
 _sources: dict[str, dict[str, Any]] = {}  # device key -> {"path", "rows", "torch", "triton", "date"}
 _device_keys: dict[Any, str] = {}  # torch.device -> device key
@@ -108,7 +112,26 @@ def validate(table: dict[str, Any], source: str = "table") -> None:
             raise ValueError(f"{source}: row {i} bucket {row['bucket']!r} is not an int in 0..{MAX_BUCKET}")
 
 
-Verdicts = tuple  # per bucket 0..MAX_BUCKET: False (loses to aten) or the DSLs calibrated faster, fastest first
+# Per (bucket, width class) at index ``2 * bucket + wide``: False (loses to aten) or the DSLs
+# calibrated faster, fastest first.
+Verdicts = tuple
+# Rows at least this long (the last dim of the op's first tensor argument) are "wide": row kernels
+# win or lose differently on narrow and wide rows of the same element count.
+WIDE_ROW = 4096
+
+
+def width_class(last_dim: int | None) -> int:
+    """0 for narrow rows, 1 for wide ones (``last_dim >= WIDE_ROW``)."""
+    return 1 if last_dim is not None and last_dim >= WIDE_ROW else 0
+
+
+def _row_classes(row: dict[str, Any]) -> tuple[int, ...]:
+    """The width classes a table row speaks for: from its ``last_dim`` (the op's first tensor
+    argument's last dim), else its ``shape``; both classes for rows that have neither."""
+    last = row.get("last_dim")
+    if last is None and isinstance(row.get("shape"), list) and row["shape"]:
+        last = row["shape"][-1]
+    return (0, 1) if not isinstance(last, int) else (width_class(last),)
 
 
 def _speedup(row: dict[str, Any]) -> float:
@@ -126,24 +149,33 @@ def _nearest(measured: dict[int, Any], bucket: int) -> Any:
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Verdicts]]:
-    """Per (op, dtype), per DSL, one verdict per bucket 0..MAX_BUCKET filled from the nearest calibrated bucket.
+    """Per (op, dtype), per DSL, one verdict per (bucket 0..MAX_BUCKET, width class), each filled
+    from the nearest calibrated bucket of its class (of the other class where its own has no rows).
 
     A DSL's verdict is False where it loses to aten, else the tuple of the other DSLs that also beat
     aten there and were measured faster (fastest first): its gate declines while one of those can serve.
     Rows without a ``dsl`` (tables written before several DSLs were calibrated) are Triton's.
     """
-    by_key: dict[tuple[str, str], dict[str, dict[int, list]]] = {}
+    by_key: dict[tuple[str, str], dict[str, tuple[dict[int, tuple], dict[int, tuple]]]] = {}
     for row in rows:
-        measured = by_key.setdefault((row["op"], row["dtype"]), {}).setdefault(row.get("dsl", DEFAULT_DSL), {})
-        # Several shapes in one bucket: the override wins there only if it won for all of them.
-        won, speedups = measured.get(row["bucket"], (True, []))
-        measured[row["bucket"]] = (won and bool(row["wins"]), [*speedups, _speedup(row)])
+        per_dsl = by_key.setdefault((row["op"], row["dtype"]), {})
+        classes = per_dsl.setdefault(row.get("dsl", DEFAULT_DSL), ({}, {}))
+        for wide in _row_classes(row):
+            measured = classes[wide]
+            # Several shapes in one (bucket, class): the override wins there only if it won for all.
+            won, speedups = measured.get(row["bucket"], (True, []))
+            measured[row["bucket"]] = (won and bool(row["wins"]), [*speedups, _speedup(row)])
     out: dict[tuple[str, str], dict[str, Verdicts]] = {}
     for key, per_dsl in by_key.items():
-        filled = {
-            dsl: [(won, sum(s) / len(s)) for won, s in (_nearest(measured, i) for i in range(MAX_BUCKET + 1))]
-            for dsl, measured in per_dsl.items()
-        }
+        filled = {}
+        for dsl, classes in per_dsl.items():
+            cells = []
+            for i in range(MAX_BUCKET + 1):
+                for wide in (0, 1):
+                    measured = classes[wide] or classes[1 - wide]
+                    won, s = _nearest(measured, i)
+                    cells.append((won, sum(s) / len(s)))
+            filled[dsl] = cells
         out[key] = {}
         for dsl, buckets in filled.items():
             verdicts = []
@@ -156,6 +188,35 @@ def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Ver
                 verdicts.append(tuple(name for _, name in sorted(rivals, reverse=True)))
             out[key][dsl] = tuple(verdicts)
     return out
+
+
+def confirm_wins(rows: list[dict[str, Any]], threshold: float) -> None:
+    """Set each measured row's ``wins``: its cell (DSL, op, dtype, width class, bucket; every shape
+    of the bucket) beat aten by ``threshold``, and so did each larger calibrated bucket of that
+    cell's class. An override's edge grows with size as its host cost is amortized, so a lone
+    "win" below a loss is the timer's noise. The largest bucket has no larger one to confirm it:
+    there the win must clear twice the margin, or the next smaller bucket must win too.
+    """
+    cells: dict[tuple, dict[int, float]] = {}
+    for row in rows:
+        if not isinstance(row.get("speedup"), (int, float)):
+            continue
+        for wide in _row_classes(row):
+            cell = cells.setdefault((row.get("dsl", DEFAULT_DSL), row["op"], row["dtype"], wide), {})
+            cell[row["bucket"]] = min(cell.get(row["bucket"], float("inf")), float(row["speedup"]))
+    confirmed: dict[tuple, bool] = {}
+    for key, speedups in cells.items():
+        larger_won = True
+        order = sorted(speedups, reverse=True)
+        for i, bucket in enumerate(order):
+            won = speedups[bucket] >= threshold and larger_won
+            if i == 0 and len(order) > 1:
+                won = won and (speedups[bucket] >= 2 * threshold - 1 or speedups[order[1]] >= threshold)
+            confirmed[(*key, bucket)] = larger_won = won
+    for row in rows:
+        if isinstance(row.get("speedup"), (int, float)):
+            key = (row.get("dsl", DEFAULT_DSL), row["op"], row["dtype"])
+            row["wins"] = all(confirmed[(*key, wide, row["bucket"])] for wide in _row_classes(row))
 
 
 def load(path: str | os.PathLike) -> dict[str, Any]:
@@ -227,26 +288,29 @@ def size_bucket(numel: int) -> int:
     return min(int(numel).bit_length(), MAX_BUCKET)
 
 
-def wins(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL) -> bool | None:
+def wins(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL,
+         last_dim: int | None = None) -> bool | None:
     """Whether ``dsl``'s override beat aten for (op, dtype, bucket) on ``device`` (a device key; default:
-    this process's device where known without initialising CUDA); None if uncalibrated."""
-    verdict = _verdict(op, dtype, bucket, device, dsl)
+    this process's device where known without initialising CUDA), for rows of ``last_dim`` (narrow
+    when not given); None if uncalibrated."""
+    verdict = _verdict(op, dtype, bucket, device, dsl, last_dim)
     return None if verdict is None else verdict is not False
 
 
-def faster_rivals(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL) -> tuple:
+def faster_rivals(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL,
+                  last_dim: int | None = None) -> tuple:
     """The DSLs calibrated faster than ``dsl`` (and faster than aten) for (op, dtype, bucket), fastest first."""
-    verdict = _verdict(op, dtype, bucket, device, dsl)
+    verdict = _verdict(op, dtype, bucket, device, dsl, last_dim)
     return verdict if isinstance(verdict, tuple) else ()
 
 
-def _verdict(op: str, dtype: str, bucket: int, device: str | None, dsl: str) -> Any:
+def _verdict(op: str, dtype: str, bucket: int, device: str | None, dsl: str, last_dim: int | None = None) -> Any:
     if device is None:
         device = _running_device_key()
     if _suspended or device is None:
         return None
     verdicts = _ensure_loaded().get(device, {}).get((op, dtype), {}).get(dsl)
-    return None if verdicts is None else verdicts[min(max(bucket, 0), MAX_BUCKET)]
+    return None if verdicts is None else verdicts[2 * min(max(bucket, 0), MAX_BUCKET) + width_class(last_dim)]
 
 
 def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
@@ -338,7 +402,8 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
             verdicts = by_device[index] = _resolve(op, dsl, t)
         if verdicts is None:
             return cond(*args, **kwargs)
-        verdict = verdicts[min(t.numel().bit_length(), MAX_BUCKET)]
+        wide = 1 if t.ndim and t.shape[-1] >= WIDE_ROW else 0
+        verdict = verdicts[2 * min(t.numel().bit_length(), MAX_BUCKET) + wide]
         if verdict is False or not cond(*args, **kwargs):
             return False
         for rival in verdict:  # empty unless another DSL is calibrated faster for this bucket

@@ -87,6 +87,35 @@ def test_gate_declines_only_where_the_table_says_the_override_loses(use_table):
     assert gate.__wrapped__ is cond
 
 
+def test_narrow_and_wide_rows_of_one_bucket_have_their_own_verdicts(use_table):
+    rows = [
+        {"op": "_softmax", "dtype": "float32", "bucket": 14, "shape": [8, 1024], "last_dim": 1024, "wins": False},
+        {"op": "_softmax", "dtype": "float32", "bucket": 14, "shape": [1, 8192], "last_dim": 8192, "wins": True},
+        {"op": "_softmax", "dtype": "float32", "bucket": 18, "shape": [32, 8192], "wins": False},  # no last_dim: shape
+    ]
+    use_table(table(rows=rows))
+    device = calibration.device_key("cpu")
+    assert calibration.wins("_softmax", "float32", 14, device, last_dim=1024) is False
+    assert calibration.wins("_softmax", "float32", 14, device, last_dim=8192) is True
+    assert calibration.wins("_softmax", "float32", 18, device, last_dim=8192) is False
+    assert calibration.wins("_softmax", "float32", 18, device, last_dim=512) is False  # narrow: its class is empty
+    gate = calibration.gated("_softmax", lambda x, dim, h: True)
+    assert gate(torch.randn(8, 1024), -1, False) is False
+    assert gate(torch.randn(1, 8192), -1, False) is True
+    assert gate(torch.randn(2, 4096), -1, False) is True  # the same bucket, wide: nearest wide verdict
+
+
+def test_confirmed_wins_need_every_larger_size_to_win_too():
+    def row(bucket, speedup, last_dim=1024, op="_softmax"):
+        return {"op": op, "dtype": "float32", "bucket": bucket, "last_dim": last_dim, "speedup": speedup, "wins": None}
+
+    rows = [row(14, 1.5), row(16, 0.9), row(18, 1.2), row(20, 1.3),  # 14 won below a loss: noise
+            row(14, 1.08, 8192), row(16, 1.07, 8192),  # largest wide bucket: 1.07 < 1.10, 1.08 >= 1.05 below
+            row(14, 0.99, op="silu"), row(16, 1.08, op="silu")]  # largest: neither twice the margin nor confirmed
+    calibration.confirm_wins(rows, 1.05)
+    assert [r["wins"] for r in rows] == [False, False, True, True, True, True, False, False]
+
+
 def test_suspended_gates_let_every_override_run(use_table):
     use_table(table())
     gate = calibration.gated("_softmax", lambda x, dim, h: True)

@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", action="store_true",
                         help="time each overridden aten op against aten per dtype and size bucket; write a table")
     parser.add_argument("--output", default=None, help="where --calibrate writes its table (default: ./<device>.json)")
-    parser.add_argument("--threshold", type=float, default=1.0,
-                        help="--calibrate: minimum aten/override time ratio for the override to stay on")
+    parser.add_argument("--threshold", type=float, default=1.05,
+                        help="--calibrate: minimum aten/override time ratio for the override to stay on "
+                             "(default %(default)s: a win must clear the timer's noise)")
     parser.add_argument("--allow-interpreter", action="store_true",
                         help="--calibrate without a GPU, through Triton's interpreter (for testing only)")
 
@@ -67,19 +68,29 @@ def run(args: argparse.Namespace) -> int:
         print(bench.HEADER)
     cases = bench.cases(dtypes, args.quick, ops)
     inductor = device == "cuda" and not args.no_inductor
-    rows = bench.run_rows(cases, device, inductor, None if args.json else lambda r: print(bench.format_row(r), flush=True),
-                          bandwidth)
-    document = json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
-    if args.save_json:
-        Path(args.save_json).write_text(document + "\n")
+    done: list = []
+
+    def progress(row: bench.Row) -> None:
+        done.append(row)
+        if not args.json:
+            print(bench.format_row(row), flush=True)
+        if args.save_json:  # rewritten per row: a run cut short still leaves its rows
+            _write_json(args.save_json, env, done)
+
+    rows = bench.run_rows(cases, device, inductor, progress, bandwidth)
     if args.json:
-        print(document)
+        print(json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     else:
         print(bench.geometric_mean_line(rows))
     if args.plot:
         bench.plot(rows, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _write_json(path: str, env: dict, rows: list) -> None:
+    document = json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
+    Path(path).write_text(document + "\n")
 
 
 def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:
