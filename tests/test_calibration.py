@@ -278,3 +278,26 @@ def test_gate_in_the_real_dispatcher(tmp_path):
     assert lines[0] == "4 [('_softmax', 'triton', 'override')]"  # bucket 9: the override wins
     assert lines[1] == "16 [('_softmax', None, 'fallback')]"  # bucket 11: aten is faster, the gate declines
     assert lines[2] == "silu []"  # never wins on this device: not even routed
+
+
+def test_shipped_tables_are_valid_and_drop_only_the_ops_at_parity(monkeypatch):
+    """Each packaged table validates; on the H100's, the elementwise ops (at parity with aten) never
+    win, so a machine of H100s does not install them, while the row kernels do win somewhere."""
+    from python_native import nvml
+
+    paths = sorted(calibration.PACKAGED_DIR.glob("*.json"))
+    assert paths, "no calibration table is shipped"
+    for path in paths:
+        calibration.load(path)
+    monkeypatch.delenv(calibration.ENV_VAR, raising=False)
+    monkeypatch.setattr(nvml, "device_keys", lambda: frozenset({"NVIDIA H100 80GB HBM3/sm90"}))
+    calibration.reset()
+    try:
+        dropped = {op for op in ("silu", "silu_backward", "gelu", "gelu_backward", "_softmax", "native_layer_norm",
+                                 "_fused_rms_norm_backward", "bmm") if calibration.never_wins(op)}
+        assert dropped == {"silu", "silu_backward", "gelu", "gelu_backward"}
+        h100 = "NVIDIA H100 80GB HBM3/sm90"
+        assert calibration.wins("_softmax", "bfloat16", 26, h100, last_dim=8192) is True
+        assert calibration.wins("_softmax", "bfloat16", 12, h100, last_dim=64) is False  # tiny: host-bound
+    finally:
+        calibration.reset()
