@@ -212,7 +212,10 @@ class Launcher:
         Anything off the plain path (stubs, the interpreter, another device, a misaligned
         pointer, hooks) goes through ``__call__``.
         """
-        if _launch_stub is not None or _INTERPRET:
+        if _launch_stub is not None:
+            _launch_stub(self, grid, args, num_warps, constexprs)
+            return
+        if _INTERPRET:
             self(grid, args, num_warps, *constexprs)
             return
         device = _cuda_device_of(args)
