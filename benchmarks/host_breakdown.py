@@ -13,31 +13,20 @@ loops of back-to-back calls, GPU synchronized around each loop) for:
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PYTHON_NATIVE_TRITON_INTERPRET", "0")
 os.environ.setdefault("TRITON_INTERPRET", "0")
 
+from host_overhead import loop_us  # noqa: E402  (after the mode is chosen)
+
 
 def per_call_us(fn: Callable[[], object], number: int = 2000, repeat: int = 7) -> float:
-    import torch
-
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    loops = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        torch.cuda.synchronize()
-        loops.append((time.perf_counter() - start) / number * 1e6)
-    return statistics.median(loops)
+    return loop_us(fn, number, repeat, warmup=100)
 
 
 def main() -> int:

@@ -26,11 +26,30 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def loop_us(fn: Callable[[], object], number: int, repeat: int, warmup: int = 50) -> float:
+    """Median over ``repeat`` loops of ``number`` back-to-back calls of microseconds per call,
+    the GPU synchronized around each loop (host-bound for tiny inputs: the host's cost per call)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    loops = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        torch.cuda.synchronize()
+        loops.append((time.perf_counter() - start) / number * 1e6)
+    return statistics.median(loops)
 
 
 def _measure(number: int, repeat: int) -> dict[str, dict]:
@@ -47,17 +66,7 @@ def _measure(number: int, repeat: int) -> dict[str, dict]:
         with pn.trace() as t:
             fn()
         fired = any(e.dsl == "triton" and e.outcome == "override" for e in t.events)
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        loops = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            torch.cuda.synchronize()
-            loops.append((time.perf_counter() - start) / number * 1e6)
-        out[op] = {"us": statistics.median(loops), "fired": fired}
+        out[op] = {"us": loop_us(fn, number, repeat), "fired": fired}
     return out
 
 

@@ -178,23 +178,7 @@ class Launcher:
         key = (device, constexprs, num_warps, _spec_key(args))
         bound = self._compiled.get(key)
         if bound is not None and self._hooks_idle():
-            launch, prefix = bound
-            try:
-                launch(
-                    grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                    _raw_stream(device), *prefix, *args, *constexprs,
-                )
-            except (TypeError, ValueError):
-                if self._verified:
-                    raise
-                # The launcher rejected the call before launching: this Triton's launcher takes
-                # other arguments. Use Triton's own path for this kernel from now on.
-                self._fast = False
-                self._compiled.clear()
-                self._planned.clear()
-                self._launch(grid, args, num_warps, constexprs)
-                return
-            self._verified = True
+            self._launch_bound(bound[0], bound[1], device, grid, args, num_warps, constexprs)
             return
         compiled = self._launch(grid, args, num_warps, constexprs)
         if _compiled_usable(compiled):
@@ -230,6 +214,13 @@ class Launcher:
             if args[i].data_ptr() & 15:
                 self(grid, args, num_warps, *constexprs)
                 return
+        self._launch_bound(launch, prefix, device, grid, args, num_warps, constexprs)
+
+    def _launch_bound(
+        self, launch: Callable[..., Any], prefix: tuple, device: int, grid: tuple, args: tuple, num_warps: int,
+        constexprs: tuple,
+    ) -> None:
+        """Call a bound launcher; if it rejects its very first call, fall back to Triton's path for good."""
         try:
             launch(
                 grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
@@ -238,7 +229,9 @@ class Launcher:
         except (TypeError, ValueError):
             if self._verified:
                 raise
-            self._fast = False  # this Triton's launcher takes other arguments: see __call__
+            # The launcher rejected the call before launching: this Triton's launcher takes
+            # other arguments. Use Triton's own path for this kernel from now on.
+            self._fast = False
             self._compiled.clear()
             self._planned.clear()
             self._launch(grid, args, num_warps, constexprs)
