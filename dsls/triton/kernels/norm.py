@@ -79,7 +79,7 @@ def forward(
     mean = None if rms else x.new_empty(stats, dtype=stats_dtype)
     cfg = row_config(m, n)
     _FWD.planned(
-        (rows, x.dtype, stats_dtype, rms, weight is not None, bias is not None),
+        (rows, x.dtype, stats_dtype, rms, None if weight is None else weight.dtype, None if bias is None else bias.dtype),
         ((m + cfg.block_m - 1) // cfg.block_m,),
         (
             x, x if weight is None else weight, x if bias is None else bias, y,

@@ -16,6 +16,7 @@ Either way one column-parallel kernel folds the partial rows into dw/db.
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -87,9 +88,9 @@ def _norm_bwd_rows_kernel(
 
     part = PART + pid.to(tl.int64) * (2 * n_cols)
     if NEED_DW:
-        tl.store(part + cols, dw, mask=col_ok)
+        tl.store(part + cols, cast_out(dw, PART.dtype.element_ty), mask=col_ok)
     if NEED_DB:
-        tl.store(part + n_cols + cols, db, mask=col_ok)
+        tl.store(part + n_cols + cols, cast_out(db, PART.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit
@@ -163,9 +164,9 @@ def _norm_bwd_cols_kernel(
             db += tl.sum(dy, axis=0)
     part = PART + group.to(tl.int64) * (2 * n_cols)
     if NEED_DW:
-        tl.store(part + cols, dw, mask=col_ok)
+        tl.store(part + cols, cast_out(dw, PART.dtype.element_ty), mask=col_ok)
     if NEED_DB:
-        tl.store(part + n_cols + cols, db, mask=col_ok)
+        tl.store(part + n_cols + cols, cast_out(db, PART.dtype.element_ty), mask=col_ok)
 
 
 @triton.jit
@@ -213,6 +214,7 @@ class _Plan(NamedTuple):
     reduce: tuning.Tile | None
     reduce_width: int
     reduce_offset: int
+    serial: int  # names the launch to the launchers: unique per plan, and a plan per specialization key
 
 
 def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool], slots: int) -> _Plan:
@@ -225,7 +227,7 @@ def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool
         cfg = tuning.tile("norm_bwd_rows", dtype, n)
         programs, per_program = _split_rows(m, cfg.block_m, slots if reduce else cdiv(m, cfg.block_m))
         return _Plan(True, (programs,), programs, per_program, cfg.num_warps, cfg.block_m, next_power_of_2(n),
-                     (), None, reduce_grid, folding, width, offset)
+                     (), None, reduce_grid, folding, width, offset, next(_serials))
     sums = tuning.tile("norm_bwd_row_sums", dtype, n) if need_dx else None
     cfg = tuning.tile("norm_bwd_cols", dtype, n)
     strips = cdiv(n, cfg.block_n)
@@ -233,9 +235,10 @@ def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool
     programs, per_program = _split_rows(m, cfg.block_m, wanted)
     sums_grid = (cdiv(m, sums.block_m),) if sums is not None else ()
     return _Plan(False, (strips, programs), programs, per_program, cfg.num_warps, cfg.block_m, cfg.block_n,
-                 sums_grid, sums, reduce_grid, folding, width, offset)
+                 sums_grid, sums, reduce_grid, folding, width, offset, next(_serials))
 
 
+_serials = itertools.count()
 _PLANS: SpecializationCache[_Plan] = SpecializationCache(_build_plan, 4096)
 
 
@@ -262,22 +265,33 @@ def backward(
         return None, None, None
     m, n = x_rows.n_rows, x_rows.n_cols
     slots = tuning.persistent_programs(x.get_device())
-    plan = _PLANS.get((m, n, x.dtype, need, slots), m, n, x.dtype, need, slots)
-    reduce = plan.reduce is not None
-    dx = x.new_empty(x.shape) if need_dx else None
-    strides = (dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride)
-    flags = (rms, weight is not None, need_dx, need_dw, need_db)
+    has_w = weight is not None
     w = x if weight is None else weight
     stat = rstd if mean is None else mean
-    part = x.new_empty((plan.programs, 2 * n), dtype=torch.float32) if reduce else rstd
-    # What the launches specialize on beyond the plan: the layouts and the dtypes of the inputs.
-    spec = (dy_rows, x_rows, dy.dtype, x.dtype, w.dtype, stat.dtype, rstd.dtype, flags, slots)
+    # Everything a launch specializes on: layouts, dtypes, flags and the grid size.
+    key = (dy_rows, x_rows, dy.dtype, x.dtype, w.dtype, stat.dtype, rstd.dtype, rms, has_w, need, slots)
+    plan = _PLANS.get(key, m, n, x.dtype, need, slots)
+    spec = plan.serial
+    dx = x.new_empty(x.shape) if need_dx else None
+    out = x if dx is None else dx
+    reduce = plan.reduce is not None
+    # A single partial row is the gradient itself: written in the parameters' dtype, no fold.
+    single = reduce and plan.programs == 1
+    param_dtype = torch.float32 if weight is None else weight.dtype
+    final = (n,) if param_shape is None else param_shape
+    if single:  # laid out as one partial row [dw | db], allocated as the two outputs side by side
+        part = x.new_empty((2, *final), dtype=param_dtype)
+    else:
+        part = x.new_empty((plan.programs, 2 * n), dtype=torch.float32) if reduce else rstd
     if plan.register_rows:
         _ROWS.planned(
-            spec, plan.grid, (dy, x, w, stat, rstd, x if dx is None else dx, part, m, n, plan.per_program, *strides),
-            plan.num_warps, *flags, plan.block_m, plan.block_n,
+            spec, plan.grid,
+            (dy, x, w, stat, rstd, out, part, m, n, plan.per_program,
+             dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride),
+            plan.num_warps, rms, has_w, need_dx, need_dw, need_db, plan.block_m, plan.block_n,
         )
     else:
+        strides = (dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride)
         c1 = c2 = rstd
         if plan.sums is not None:
             sums = plan.sums
@@ -285,22 +299,23 @@ def backward(
             c2 = c1 if rms else x.new_empty((m,), dtype=torch.float32)
             _ROW_SUMS(
                 plan.sums_grid, (dy, x, w, stat, rstd, c1, c2, m, n, *strides),
-                sums.num_warps, rms, weight is not None, sums.block_m, sums.block_n,
+                sums.num_warps, rms, has_w, sums.block_m, sums.block_n,
             )
         _COLS.planned(
-            spec, plan.grid,
-            (dy, x, w, stat, rstd, c1, c2, x if dx is None else dx, part, m, n, plan.per_program, *strides),
-            plan.num_warps, *flags, plan.block_m, plan.block_n,
+            spec, plan.grid, (dy, x, w, stat, rstd, c1, c2, out, part, m, n, plan.per_program, *strides),
+            plan.num_warps, rms, has_w, need_dx, need_dw, need_db, plan.block_m, plan.block_n,
         )
     if not reduce:
         return dx, None, None
+    if single:
+        return dx, part[0] if need_dw else None, part[1] if need_db else None
     # Fold the partial rows; one launch covers dw and db (side by side in each partial row).
-    final = (n,) if param_shape is None else param_shape
     both = need_dw and need_db
-    total = x.new_empty((2, *final) if both else final, dtype=torch.float32 if weight is None else weight.dtype)
+    total = x.new_empty((2, *final) if both else final, dtype=param_dtype)
     folding = plan.reduce
     _COLUMN_SUM.planned(
-        (n, plan.programs, plan.reduce_width, plan.reduce_offset, total.dtype), plan.reduce_grid, (part, total, plan.programs, 2 * n, plan.reduce_width, plan.reduce_offset),
+        (n, plan.programs, plan.reduce_width, plan.reduce_offset, total.dtype), plan.reduce_grid,
+        (part, total, plan.programs, 2 * n, plan.reduce_width, plan.reduce_offset),
         folding.num_warps, folding.block_m, folding.block_n,
     )
     if both:
