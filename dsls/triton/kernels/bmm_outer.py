@@ -10,11 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native.speckey import SpecializationCache
+from python_native_dsls.triton.ops.bmm import OuterPlan, plan_outer
 
-from .launch import Launcher, cast_out, next_power_of_2
-
-_TILE = 4096  # output elements per program
+from .launch import Launcher, cast_out
 
 
 @triton.jit
@@ -38,28 +36,16 @@ def _outer_kernel(
     tl.store(OUT + offs, cast_out(out, OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-def _build_tile(m_hint: int, n_hint: int) -> tuple[int, int, int]:
-    block_n = min(256, n_hint)
-    block_m = min(m_hint, max(1, _TILE // block_n))
-    return block_m, block_n, 8 if block_m * block_n >= 4096 else 4
-
-
-_TILES: SpecializationCache[tuple[int, int, int]] = SpecializationCache(_build_tile)
-
-
 _OUTER = Launcher(_outer_kernel, ("BLOCK_M", "BLOCK_N"))
+
+
+def run_outer(a: torch.Tensor, c: torch.Tensor, plan: OuterPlan) -> torch.Tensor:
+    """``outer`` along a plan from ``ops.bmm``: the layout work was done once, for its key."""
+    out = a.new_empty(plan.out_shape)
+    _OUTER.planned(plan.serial, plan.grid, (a, c, out, *plan.ints), plan.num_warps, plan.block_m, plan.block_n)
+    return out
 
 
 def outer(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """``a [B, M, 1] @ c [B, 1, N]`` as a contiguous ``[B, M, N]`` tensor (any input strides)."""
-    batch, m, n = a.shape[0], a.shape[1], c.shape[2]
-    out = a.new_empty((batch, m, n))
-    hints = (next_power_of_2(m), next_power_of_2(n))
-    block_m, block_n, warps = _TILES.get(hints, *hints)
-    tiles_m, tiles_n = (m + block_m - 1) // block_m, (n + block_n - 1) // block_n
-    _OUTER(
-        (batch * tiles_m * tiles_n,),
-        (a, c, out, m, n, a.stride(0), a.stride(1), c.stride(0), c.stride(2), tiles_m, tiles_n),
-        warps, block_m, block_n,
-    )
-    return out
+    return run_outer(a, c, plan_outer(a, c))

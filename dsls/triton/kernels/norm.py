@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops._layout import Rows
+from python_native_dsls.triton.ops._layout import NormPlan, Rows
 
 from . import norm_backward
 from .launch import Launcher, cast_out, row_config
@@ -86,6 +86,43 @@ def forward(
             rstd if mean is None else mean, rstd, m, n, rows.row_stride, rows.col_stride, float(eps),
         ),
         cfg.num_warps, rms, weight is not None, bias is not None, cfg.block_m, cfg.block_n,
+    )
+    return y, mean, rstd
+
+
+# Per (device index, dtype, shape): a one-element tensor expanded to the statistics' shape.
+# ``torch.empty_like`` of it allocates contiguous statistics faster than ``new_empty(shape, dtype=)``.
+_STAT_TEMPLATES: dict[tuple, torch.Tensor] = {}
+
+
+def _new_stats(x: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    key = (x.get_device(), dtype, shape)
+    template = _STAT_TEMPLATES.get(key)
+    if template is None:
+        if len(_STAT_TEMPLATES) >= 1024:
+            _STAT_TEMPLATES.clear()
+        template = _STAT_TEMPLATES[key] = x.new_empty((1,) * len(shape), dtype=dtype).expand(shape)
+    return torch.empty_like(template)
+
+
+def run_forward(
+    x: torch.Tensor, plan: NormPlan, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
+    stats_dtype: torch.dtype, rms: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``forward`` along a plan from ``ops._layout.norm_plan``: tile, grid and layouts were worked
+    out once for the input's layout."""
+    y = torch.empty_like(x) if plan.fresh_like else torch.empty_like(x, memory_format=torch.contiguous_format)
+    rstd = _new_stats(x, plan.stat_shape, stats_dtype)
+    mean = None if rms else _new_stats(x, plan.stat_shape, stats_dtype)
+    rows = plan.rows
+    _FWD.planned(
+        (rows, x.dtype, stats_dtype, rms, None if weight is None else weight.dtype, None if bias is None else bias.dtype),
+        plan.grid,
+        (
+            x, x if weight is None else weight, x if bias is None else bias, y,
+            rstd if mean is None else mean, rstd, rows.n_rows, rows.n_cols, rows.row_stride, rows.col_stride, float(eps),
+        ),
+        plan.num_warps, rms, weight is not None, bias is not None, plan.block_m, plan.block_n,
     )
     return y, mean, rstd
 

@@ -272,7 +272,7 @@ def backward(
     key = (dy_rows, x_rows, dy.dtype, x.dtype, w.dtype, stat.dtype, rstd.dtype, rms, has_w, need, slots)
     plan = _PLANS.get(key, m, n, x.dtype, need, slots)
     spec = plan.serial
-    dx = x.new_empty(x.shape) if need_dx else None
+    dx = (torch.empty_like(x) if x.is_contiguous() else x.new_empty(x.shape)) if need_dx else None
     out = x if dx is None else dx
     reduce = plan.reduce is not None
     # A single partial row is the gradient itself: written in the parameters' dtype, no fold.

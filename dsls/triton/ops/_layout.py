@@ -136,20 +136,36 @@ def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | N
 
 
 class NormPlan(NamedTuple):
-    """How the norm kernels see an input: its rows, and the shape of its per-row statistics."""
+    """How the norm kernels see an input: its rows, the shape of its per-row statistics, and the
+    forward launch (tile and grid), all fixed by the input's layout."""
 
     rows: Rows
     stat_shape: tuple[int, ...]
+    param_size: torch.Size  # what a weight or bias must be shaped as
+    fresh_like: bool  # the input is contiguous: torch.empty_like(x) is the output's layout
+    grid: tuple[int, ...]
+    num_warps: int
+    block_m: int
+    block_n: int
 
 
 def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int) -> NormPlan | None:
+    from ._tiles import MAX_ROW_BLOCK, cdiv, row_config  # (_tiles builds on this module)
+
     axis = normalized_axis(x, normalized_shape)
     if axis is None:
         return None
     rows = _as_rows(x, len(normalized_shape))
     if not row_fits(rows) or rows.n_cols > max_cols:
         return None
-    return NormPlan(rows, tuple(stat_shape(x, axis)))
+    if rows.n_cols > MAX_ROW_BLOCK:  # the backward streams such rows; no forward launch to plan
+        grid, warps, block_m, block_n = (), 0, 0, 0
+    else:
+        cfg = row_config(rows.n_rows, rows.n_cols)
+        grid, warps, block_m, block_n = (cdiv(rows.n_rows, cfg.block_m),), cfg.num_warps, cfg.block_m, cfg.block_n
+    return NormPlan(
+        rows, tuple(stat_shape(x, axis)), torch.Size(normalized_shape), x.is_contiguous(), grid, warps, block_m, block_n
+    )
 
 
 _NORM_PLANS: SpecializationCache[NormPlan | None] = SpecializationCache(_norm_plan, 4096)
@@ -180,6 +196,11 @@ def stats_ok(stat: torch.Tensor, x: torch.Tensor, n_rows: int) -> bool:
 def stat_shape(t: torch.Tensor, axis: int) -> list[int]:
     """Shape of per-row statistics as aten returns them: leading dims kept, the rest size 1."""
     return [*t.shape[:axis], *([1] * (t.ndim - axis))]
+
+
+def param_ok(p: torch.Tensor | None, size: torch.Size, dtype: torch.dtype) -> bool:
+    """``is_param`` against a plan's ``param_size``: a ``torch.Size`` compares without copies."""
+    return p is None or (p.dtype == dtype and p.shape == size and p.is_contiguous())
 
 
 def is_param(p: torch.Tensor | None, shape: Sequence[int], dtype: torch.dtype) -> bool:

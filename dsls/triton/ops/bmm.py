@@ -2,28 +2,91 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+from types import ModuleType
+from typing import NamedTuple
+
 import torch
+
+from python_native.speckey import SpecializationCache
 
 from . import OverrideSpec
 from ._layout import MAX_INDEX, float_dtype, on_backend
+from ._tiles import next_power_of_2
 
 Tensor = torch.Tensor
 
+# Elements of the output one program writes.
+_TILE = 4096
 
-def bmm_cond(self: Tensor, mat2: Tensor) -> bool:
+
+class OuterPlan(NamedTuple):
+    """One outer-product launch, worked out once per layout and dtype."""
+
+    out_shape: tuple[int, int, int]
+    grid: tuple[int]
+    ints: tuple[int, ...]  # m, n, the four input strides, tiles along m and n
+    num_warps: int
+    block_m: int
+    block_n: int
+    serial: int  # names the launch to the launcher
+
+
+_serials = itertools.count()
+
+
+def _outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
     if not (on_backend(self, mat2) and float_dtype(self) and mat2.dtype == self.dtype):
-        return False
+        return None
     if self.ndim != 3 or mat2.ndim != 3 or self.shape[2] != 1 or mat2.shape[1] != 1:
-        return False
+        return None
     batch, m, n = self.shape[0], self.shape[1], mat2.shape[2]
     # The flat program grid is int32.
-    return mat2.shape[0] == batch and batch > 0 and m > 0 and n > 0 and batch * m <= MAX_INDEX and n <= MAX_INDEX
+    if not (mat2.shape[0] == batch and batch > 0 and m > 0 and n > 0 and batch * m <= MAX_INDEX and n <= MAX_INDEX):
+        return None
+    return plan_outer(self, mat2)
+
+
+def plan_outer(self: Tensor, mat2: Tensor) -> OuterPlan:
+    """Tiles and grid of ``self [B, M, 1] @ mat2 [B, 1, N]``, without the cond's checks."""
+    batch, m, n = self.shape[0], self.shape[1], mat2.shape[2]
+    block_n = min(256, next_power_of_2(n))
+    block_m = min(next_power_of_2(m), max(1, _TILE // block_n))
+    tiles_m, tiles_n = -(-m // block_m), -(-n // block_n)
+    ints = (m, n, self.stride(0), self.stride(1), mat2.stride(0), mat2.stride(2), tiles_m, tiles_n)
+    warps = 8 if block_m * block_n >= 4096 else 4
+    return OuterPlan((batch, m, n), (batch * tiles_m * tiles_n,), ints, warps, block_m, block_n, next(_serials))
+
+
+_PLANS: SpecializationCache[OuterPlan | None] = SpecializationCache(_outer_plan, 4096)
+
+
+def outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
+    """The launch plan when the kernel takes ``self @ mat2``, else None; cached per layout for real tensors."""
+    if type(self) is not Tensor or type(mat2) is not Tensor:
+        return _outer_plan(self, mat2)
+    key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu,
+           mat2.size(), mat2.stride(), mat2.dtype, mat2.is_cuda, mat2.is_cpu)
+    return _PLANS.get(key, self, mat2)
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """The kernel module, imported (with triton) on the first launch rather than with the op."""
+    from python_native_dsls.triton.kernels import bmm_outer
+
+    return bmm_outer
+
+
+def bmm_cond(self: Tensor, mat2: Tensor) -> bool:
+    return outer_plan(self, mat2) is not None
 
 
 def bmm_impl(self: Tensor, mat2: Tensor) -> Tensor:
-    from python_native_dsls.triton.kernels import bmm_outer
-
-    return bmm_outer.outer(self, mat2)
+    # The cond's plan; an impl called directly where the cond would decline plans from the shapes.
+    plan = outer_plan(self, mat2) or plan_outer(self, mat2)
+    return _kernels().run_outer(self, mat2, plan)
 
 
 OVERRIDES = [OverrideSpec("bmm", bmm_cond, bmm_impl)]

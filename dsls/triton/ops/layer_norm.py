@@ -9,7 +9,7 @@ from types import ModuleType
 import torch
 
 from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_plan, on_backend, row_fits, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
 
 Tensor = torch.Tensor
 
@@ -30,11 +30,13 @@ def _stats_dtype(x: Tensor) -> torch.dtype:
 def layer_norm_cond(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> bool:
+    if not on_backend(input, weight, bias):
+        return False
+    plan = norm_plan(input, normalized_shape)
     return (
-        on_backend(input, weight, bias)
-        and norm_plan(input, normalized_shape) is not None
-        and is_param(weight, normalized_shape, input.dtype)
-        and is_param(bias, normalized_shape, input.dtype)
+        plan is not None
+        and param_ok(weight, plan.param_size, input.dtype)
+        and param_ok(bias, plan.param_size, input.dtype)
     )
 
 
@@ -42,10 +44,7 @@ def layer_norm_impl(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> tuple[Tensor, Tensor, Tensor]:
     plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
-    y, mean, rstd = _kernels().forward(
-        input, plan.rows, weight, bias, eps, _stats_dtype(input), False, plan.stat_shape
-    )
-    return y, mean, rstd
+    return _kernels().run_forward(input, plan, weight, bias, eps, _stats_dtype(input), False)
 
 
 def layer_norm_backward_cond(
@@ -63,7 +62,7 @@ def layer_norm_backward_cond(
     plan = norm_plan(input, normalized_shape, MAX_NORM_BWD_COLS)
     if plan is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
         return False
-    if not (is_param(weight, normalized_shape, input.dtype) and is_param(bias, normalized_shape, input.dtype)):
+    if not (param_ok(weight, plan.param_size, input.dtype) and param_ok(bias, plan.param_size, input.dtype)):
         return False
     # A parameter gradient is only asked for a parameter that exists.
     if (output_mask[1] and weight is None) or (output_mask[2] and bias is None):

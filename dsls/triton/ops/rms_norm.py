@@ -17,7 +17,7 @@ from types import ModuleType
 import torch
 
 from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, as_rows, is_param, norm_plan, on_backend, row_fits, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
 
 Tensor = torch.Tensor
 
@@ -34,11 +34,10 @@ def _kernels() -> ModuleType:
 
 
 def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> bool:
-    return (
-        on_backend(input, weight)
-        and norm_plan(input, normalized_shape) is not None
-        and is_param(weight, normalized_shape, input.dtype)
-    )
+    if not on_backend(input, weight):
+        return False
+    plan = norm_plan(input, normalized_shape)
+    return plan is not None and param_ok(weight, plan.param_size, input.dtype)
 
 
 def rms_norm_impl(
@@ -46,7 +45,7 @@ def rms_norm_impl(
 ) -> tuple[Tensor, Tensor]:
     plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
     eps = DEFAULT_EPS if eps is None else eps
-    y, _, rstd = _kernels().forward(input, plan.rows, weight, None, eps, torch.float32, True, plan.stat_shape)
+    y, _, rstd = _kernels().run_forward(input, plan, weight, None, eps, torch.float32, True)
     return y, rstd
 
 
@@ -63,7 +62,7 @@ def rms_norm_backward_cond(
     plan = norm_plan(input, normalized_shape, MAX_NORM_BWD_COLS)
     if plan is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
         return False
-    if not is_param(weight, normalized_shape, input.dtype) or (output_mask[1] and weight is None):
+    if not param_ok(weight, plan.param_size, input.dtype) or (output_mask[1] and weight is None):
         return False
     return stats_ok(rstd, input, plan.rows.n_rows) and row_fits(as_rows(grad_out, len(normalized_shape)))
 
