@@ -615,6 +615,7 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
 
 
 def table_filename(device_key: str) -> str:
-    """A file name for a device key: ``NVIDIA H100 80GB HBM3/sm90`` -> ``nvidia_h100_80gb_hbm3_sm90.json``."""
-    slug = "".join(c if c.isalnum() else "_" for c in device_key.lower())
-    return "_".join(part for part in slug.split("_") if part) + ".json"
+    """A file name for a device key (see ``calibration.table_filename``)."""
+    from python_native import calibration
+
+    return calibration.table_filename(device_key)

@@ -25,6 +25,7 @@ verdict of the nearest calibrated bucket of the same (op, dtype).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -81,18 +82,23 @@ def gates_needed(dispatch_key: str) -> bool:
         return False
     if os.environ.get(ENV_VAR, "").strip():
         return True
-    try:
-        tables = _ensure_loaded()
-    except (OSError, ValueError):
-        return True  # the gate treats an unreadable table as uncalibrated, and says so in the report
+    # Packaged tables are named after their device (``table_filename``; a test holds them to it),
+    # so nothing is parsed here: registration runs inside ``import torch``.
+    names = {path.name for path in table_paths()}
     if dispatch_key == "CPU":
-        return "cpu" in tables
+        return table_filename("cpu") in names
     if dispatch_key != "CUDA":
         return True
     from python_native import nvml
 
     keys = nvml.device_keys()
-    return keys is None or not keys.isdisjoint(tables)
+    return keys is None or any(table_filename(key) in names for key in keys)
+
+
+def table_filename(device_key: str) -> str:
+    """A file name for a device key: ``NVIDIA H100 80GB HBM3/sm90`` -> ``nvidia_h100_80gb_hbm3_sm90.json``."""
+    slug = "".join(c if c.isalnum() else "_" for c in device_key.lower())
+    return "_".join(part for part in slug.split("_") if part) + ".json"
 
 
 def validate(table: dict[str, Any], source: str = "table") -> None:
@@ -144,8 +150,16 @@ def _speedup(row: dict[str, Any]) -> float:
     return 1.0
 
 
-def _nearest(measured: dict[int, Any], bucket: int) -> Any:
-    return measured[min(measured, key=lambda b: (abs(b - bucket), b))]
+def _filled(measured: dict[int, Any]) -> list[Any]:
+    """``measured``'s value at the nearest calibrated bucket (ties go low), for every bucket 0..MAX_BUCKET."""
+    order = sorted(measured)
+    out = []
+    for bucket in range(MAX_BUCKET + 1):
+        i = bisect.bisect_left(order, bucket)
+        if i == len(order) or (i > 0 and bucket - order[i - 1] <= order[i] - bucket):
+            i -= 1
+        out.append(measured[order[i]])
+    return out
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Verdicts]]:
@@ -169,13 +183,8 @@ def _verdicts(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Ver
     for key, per_dsl in by_key.items():
         filled = {}
         for dsl, classes in per_dsl.items():
-            cells = []
-            for i in range(MAX_BUCKET + 1):
-                for wide in (0, 1):
-                    measured = classes[wide] or classes[1 - wide]
-                    won, s = _nearest(measured, i)
-                    cells.append((won, sum(s) / len(s)))
-            filled[dsl] = cells
+            narrow, wide = (_filled(classes[c] or classes[1 - c]) for c in (0, 1))
+            filled[dsl] = [(won, sum(s) / len(s)) for pair in zip(narrow, wide, strict=True) for won, s in pair]
         out[key] = {}
         for dsl, buckets in filled.items():
             verdicts = []

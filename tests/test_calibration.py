@@ -170,7 +170,7 @@ def test_packaged_tables_drop_an_op_only_for_the_model_nvml_names(tmp_path, monk
 def test_packaged_tables_gate_only_the_keys_they_can_apply_to(tmp_path, monkeypatch, table_device, key, machine, needed):
     from python_native import nvml
 
-    (tmp_path / "t.json").write_text(json.dumps(table(device=table_device)))
+    (tmp_path / calibration.table_filename(table_device)).write_text(json.dumps(table(device=table_device)))
     monkeypatch.delenv(calibration.ENV_VAR, raising=False)
     monkeypatch.setattr(calibration, "PACKAGED_DIR", tmp_path)
     monkeypatch.setattr(nvml, "device_keys", lambda: machine)
@@ -287,8 +287,8 @@ def test_shipped_tables_are_valid_and_drop_only_the_ops_at_parity(monkeypatch):
 
     paths = sorted(calibration.PACKAGED_DIR.glob("*.json"))
     assert paths, "no calibration table is shipped"
-    for path in paths:
-        calibration.load(path)
+    for path in paths:  # named after their device: registration matches them to the machine by name
+        assert path.name == calibration.table_filename(calibration.load(path)["device"])
     monkeypatch.delenv(calibration.ENV_VAR, raising=False)
     monkeypatch.setattr(nvml, "device_keys", lambda: frozenset({"NVIDIA H100 80GB HBM3/sm90"}))
     calibration.reset()
