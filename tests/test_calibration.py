@@ -186,6 +186,60 @@ def test_packaged_tables_gate_only_the_keys_they_can_apply_to(tmp_path, monkeypa
     assert calibration.gates_needed(key) is False  # no table at all
 
 
+class _FakeNvml:
+    """libnvidia-ml's entry points as ``nvml.device_keys`` calls them, over a list of GPUs."""
+
+    def __init__(self, gpus: list[tuple[bytes, int, int]], init_status: int = 0):
+        self.gpus, self.init_status, self.shut = gpus, init_status, False
+
+    def nvmlInit_v2(self):
+        return self.init_status
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = len(self.gpus)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+        handle._obj.value = index + 1
+        return 0
+
+    def nvmlDeviceGetName(self, handle, buffer, length):
+        buffer.value = self.gpus[handle.value - 1][0]
+        return 0
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
+        major._obj.value, minor._obj.value = self.gpus[handle.value - 1][1:]
+        return 0
+
+
+@pytest.mark.parametrize(
+    "gpus, init_status, expected",
+    [
+        ([(b"NVIDIA H100 80GB HBM3", 9, 0)] * 8, 0, frozenset({"NVIDIA H100 80GB HBM3/sm90"})),
+        ([(b"NVIDIA H100 80GB HBM3", 9, 0), (b"NVIDIA A100-SXM4-40GB", 8, 0)], 0,
+         frozenset({"NVIDIA H100 80GB HBM3/sm90", "NVIDIA A100-SXM4-40GB/sm80"})),
+        ([], 0, frozenset()),
+        ([(b"x", 9, 0)], 9, None),  # NVML failed to initialise (no driver running)
+    ],
+)
+def test_nvml_probe_names_each_model_as_calibration_keys_them(monkeypatch, gpus, init_status, expected):
+    import ctypes
+
+    from python_native import nvml
+
+    fake = _FakeNvml(gpus, init_status)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
+    nvml.device_keys.cache_clear()
+    try:
+        assert nvml.device_keys() == expected
+        assert fake.shut is (init_status == 0)  # shut down exactly when it was initialised
+    finally:
+        nvml.device_keys.cache_clear()
+
+
 def test_nvml_probe_answers_without_a_driver_or_names_models():
     from python_native import nvml
 
