@@ -85,6 +85,11 @@ class SpecializationCache(Generic[T]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every variant (they are built again on next use)."""
+        with self._lock:
+            self._entries.clear()
+
 
 _caches: weakref.WeakSet[SpecializationCache] = weakref.WeakSet()
 

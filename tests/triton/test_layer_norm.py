@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, Run, compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DTYPES, Run, compare, lower_register_max, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 
@@ -115,18 +115,15 @@ def test_rows_wider_than_a_register_tile_stream_the_backward(n, dtype):
 def test_many_rows_fold_weight_gradients_from_several_programs(register_max, dtype, monkeypatch):
     """Enough rows for several persistent programs (uneven row blocks), on both backward paths:
     the register path, and the streamed one with the register limit lowered."""
-    from python_native_dsls.triton.kernels import tuning
-
-    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
+    paths = lower_register_max(monkeypatch, register_max)
     x, w, b = make(101, 257, dtype=dtype), make(257, dtype=dtype), make(257, dtype=dtype)
     compare(lambda x, w, b: F.layer_norm(x, (257,), w, b), [x, w, b], [FWD, BWD])
+    assert set(paths) == {"rows" if register_max >= 257 else "columns"}
 
 
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (False, False, True)])
 def test_streamed_backward_respects_output_mask(mask, monkeypatch):
-    from python_native_dsls.triton.kernels import tuning
-
-    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", 32)
+    paths = lower_register_max(monkeypatch, 32)
     x, w, b = make(37, 90, requires_grad=False), make(90, requires_grad=False), make(90, requires_grad=False)
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, [90], w, b, 1e-5)
     dy = make(37, 90, requires_grad=False)
@@ -138,13 +135,13 @@ def test_streamed_backward_respects_output_mask(mask, monkeypatch):
         assert (g is None) == (not wanted)
         if wanted:
             torch.testing.assert_close(g, r)
+    assert set(paths) == {"columns"}
 
 
 def test_streamed_backward_of_strided_rows(monkeypatch):
-    from python_native_dsls.triton.kernels import tuning
-
-    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", 64)
+    paths = lower_register_max(monkeypatch, 64)
     rows_of_wider_buffer = make(40, 300, requires_grad=False)[:, :130].requires_grad_()
     transposed = make(150, 9, requires_grad=False).t().requires_grad_()
     compare(lambda x, w: F.layer_norm(x, (130,), w), [rows_of_wider_buffer, make(130)], [FWD, BWD])
     compare(lambda x: F.layer_norm(x, (150,)), [transposed], [FWD, BWD])
+    assert set(paths) == {"columns"}

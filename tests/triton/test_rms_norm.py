@@ -12,7 +12,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, DTYPES, KEY, assert_matches, compare, make, requires_triton, seeded  # noqa: F401
+from triton_testing import (  # noqa: F401
+    DEVICE,
+    DTYPES,
+    KEY,
+    assert_matches,
+    compare,
+    lower_register_max,
+    make,
+    requires_triton,
+    seeded,
+)
 
 import python_native as pn
 from python_native_dsls.triton.ops import rms_norm as rms
@@ -163,18 +173,16 @@ def test_backward_streams_rows_wider_than_a_register_tile(n, dtype):
 def test_backward_folds_weight_gradients_from_several_programs(register_max, dtype, affine, monkeypatch):
     """Enough rows for several persistent programs with uneven row blocks, odd widths, on the
     register path and (limit lowered) the streamed path."""
-    from python_native_dsls.triton.kernels import tuning
-
-    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
+    paths = lower_register_max(monkeypatch, register_max)
     x, dy = make(97, 201, dtype=dtype, requires_grad=False), make(97, 201, dtype=dtype, requires_grad=False)
     _check_backward(x, make(201, dtype=dtype, requires_grad=False) if affine else None, dy, 201)
+    assert set(paths) == {"rows" if register_max >= 201 else "columns"}
 
 
 @pytest.mark.parametrize("register_max", [16384, 64])
 def test_backward_of_strided_rows(register_max, monkeypatch):
-    from python_native_dsls.triton.kernels import tuning
-
-    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", register_max)
+    paths = lower_register_max(monkeypatch, register_max)
     x = make(30, 400, requires_grad=False)[:, 7:140]  # row stride 400
     dy = make(133, 30, requires_grad=False).t()  # column stride 30
     _check_backward(x, make(133, requires_grad=False), dy, 133)
+    assert set(paths) == {"rows" if register_max >= 133 else "columns"}

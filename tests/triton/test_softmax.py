@@ -30,15 +30,30 @@ def test_matches_aten(kind, dtype, shape, dim):
 @pytest.mark.parametrize("kind", OPS)
 def test_long_rows_stream_in_chunks(kind, monkeypatch):
     import python_native_dsls.triton.kernels.softmax as softmax_kernels
+    import python_native_dsls.triton.kernels.softmax_long as softmax_long
+    from python_native_dsls.triton.ops import _tiles
 
-    # Shrink the single-block limit so the streaming kernels run on a small shape.
-    monkeypatch.setattr(softmax_kernels, "MAX_ROW_BLOCK", 64)
+    # Shrink the single-block limit (plans read it when built) so the long-row kernels run on a
+    # small shape, and plan afresh under it.
+    monkeypatch.setattr(_tiles, "MAX_ROW_BLOCK", 64)
     monkeypatch.setattr(softmax_kernels, "LOOP_BLOCK", 32)
-    fn, fwd, bwd = OPS[kind]
-    x = make(3, 250, scale=4.0)
-    with torch.no_grad():
-        x[0, :100] = float("-inf")  # a chunk holding only -inf must not poison the running sum
-    compare(lambda x: fn(x, -1), [x], [fwd, bwd])
+    ran = []
+    for name in ("forward", "backward"):
+        real = getattr(softmax_long, name)
+        monkeypatch.setattr(softmax_long, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
+    plans = (softmax_ops._FORWARD_PLANS, softmax_ops._BACKWARD_PLANS)
+    for cache in plans:
+        cache.clear()
+    try:
+        fn, fwd, bwd = OPS[kind]
+        x = make(3, 250, scale=4.0)
+        with torch.no_grad():
+            x[0, :100] = float("-inf")  # a chunk holding only -inf must not poison the running sum
+        compare(lambda x: fn(x, -1), [x], [fwd, bwd])
+        assert {"forward", "backward"} <= set(ran)
+    finally:
+        for cache in plans:
+            cache.clear()  # plans built under the shrunken limit must not outlive it
 
 
 def test_strided_rows_and_transposed_input():
@@ -97,17 +112,29 @@ def test_reduced_rows_views():
 
 @pytest.fixture
 def long_row_limits(monkeypatch):
-    """Lower the long-row limits so that small shapes take each long-row path."""
-    import python_native_dsls.triton.kernels.softmax as softmax_kernels
+    """Lower the long-row limits so that small shapes take each long-row path (and check they did)."""
+    import python_native_dsls.triton.kernels.softmax_long as softmax_long
     from python_native_dsls.triton.kernels import tuning
+    from python_native_dsls.triton.ops import _tiles
+
+    ran = []
+    for name in ("forward", "backward"):
+        real = getattr(softmax_long, name)
+        monkeypatch.setattr(softmax_long, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
+    plans = (softmax_ops._FORWARD_PLANS, softmax_ops._BACKWARD_PLANS)
 
     def lower(single_max: int, slice_cols: int, max_slices: int = tuning.SOFTMAX_MAX_SLICES) -> None:
-        monkeypatch.setattr(softmax_kernels, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows
+        monkeypatch.setattr(_tiles, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows (read when planning)
         monkeypatch.setattr(tuning, "SOFTMAX_SINGLE_MAX", single_max)
         monkeypatch.setattr(tuning, "SOFTMAX_SLICE", slice_cols)
         monkeypatch.setattr(tuning, "SOFTMAX_MAX_SLICES", max_slices)
+        for cache in plans:
+            cache.clear()
 
-    return lower
+    yield lower
+    for cache in plans:
+        cache.clear()  # plans built under the lowered limit must not outlive it
+    assert {"forward", "backward"} <= set(ran), "the long-row kernels never ran"
 
 
 def _with_inf(x: torch.Tensor, slice_cols: int) -> torch.Tensor:

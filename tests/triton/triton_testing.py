@@ -107,3 +107,18 @@ def compare(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor], ops
         if r is not None:
             assert_matches(g, r, t, f"gradient of input {i}", grad=True)
     return got
+
+
+def lower_register_max(monkeypatch: pytest.MonkeyPatch, value: int) -> list[str]:
+    """Set the norm backward's register limit to ``value`` for one test, plan afresh under it (plans
+    read the limit when built, and are cached), and return the list of paths the backward launches
+    then take: ``"rows"`` (whole rows in registers) or ``"columns"`` (streamed column strips)."""
+    from python_native.speckey import SpecializationCache
+    from python_native_dsls.triton.kernels import norm_backward, tuning
+
+    monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", value)
+    monkeypatch.setattr(norm_backward, "_PLANS", SpecializationCache(norm_backward._build_plan))
+    paths: list[str] = []
+    for name, launcher in (("rows", norm_backward._ROWS), ("columns", norm_backward._COLS)):
+        monkeypatch.setattr(launcher, "planned", lambda *a, _real=launcher.planned, _name=name: paths.append(_name) or _real(*a))
+    return paths

@@ -17,7 +17,7 @@ import triton.language as tl
 from python_native_dsls.triton.ops._layout import NormPlan, Rows
 
 from . import norm_backward
-from .launch import Launcher, cast_out, row_config
+from .launch import Launcher, cast_out
 
 
 @triton.jit
@@ -54,40 +54,6 @@ def _norm_fwd_kernel(
 
 
 _FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"))
-
-
-def forward(
-    x: torch.Tensor,
-    rows: Rows,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-    stats_dtype: torch.dtype,
-    rms: bool,
-    stat_shape: Sequence[int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Normalize ``x`` seen as ``rows``: ``(y, mean or None, rstd)``, all contiguous.
-
-    ``y`` is shaped like ``x``, the statistics ``[M]`` or ``stat_shape`` (as many elements):
-    outputs are allocated in their final shape, with no view afterwards.
-    """
-    m, n = rows.n_rows, rows.n_cols
-    # empty_like / new_empty are the cheapest allocation calls from Python.
-    y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    stats = (m,) if stat_shape is None else stat_shape
-    rstd = x.new_empty(stats, dtype=stats_dtype)
-    mean = None if rms else x.new_empty(stats, dtype=stats_dtype)
-    cfg = row_config(m, n)
-    _FWD.planned(
-        (rows, x.dtype, stats_dtype, rms, None if weight is None else weight.dtype, None if bias is None else bias.dtype),
-        ((m + cfg.block_m - 1) // cfg.block_m,),
-        (
-            x, x if weight is None else weight, x if bias is None else bias, y,
-            rstd if mean is None else mean, rstd, m, n, rows.row_stride, rows.col_stride, float(eps),
-        ),
-        cfg.num_warps, rms, weight is not None, bias is not None, cfg.block_m, cfg.block_n,
-    )
-    return y, mean, rstd
 
 
 # Per (device index, dtype, shape): a one-element tensor expanded to the statistics' shape.

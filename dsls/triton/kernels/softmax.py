@@ -13,10 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops._layout import Rows
 from python_native_dsls.triton.ops._tiles import RowPlan
 
-from .launch import MAX_ROW_BLOCK, Launcher, cast_out, row_config
+from .launch import Launcher, cast_out
 
 # Chunk width and warps for the streaming kernels.
 LOOP_BLOCK = 4096
@@ -134,49 +133,11 @@ _BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
 _BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 
 
-def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
-    """(Log-)softmax of each row of ``x``: a contiguous tensor of ``out_dtype`` shaped like ``x``."""
-    m, n = rows.n_rows, rows.n_cols
-    if n > MAX_ROW_BLOCK:
-        return _long_rows().forward(x, rows, out_dtype, log).view(x.shape)
-    # empty_like is the cheapest allocation call from Python; rows are written row-major.
-    y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
-    cfg = row_config(m, n)
-    _FWD.planned(
-        (rows, x.dtype, out_dtype, log),
-        ((m + cfg.block_m - 1) // cfg.block_m,), (x, y, m, n, rows.row_stride, rows.col_stride),
-        cfg.num_warps, log, cfg.block_m, cfg.block_n,
-    )
-    return y
-
-
-def backward(
-    dy: torch.Tensor,
-    dy_rows: Rows,
-    y: torch.Tensor,
-    y_rows: Rows,
-    out_dtype: torch.dtype,
-    log: bool,
-) -> torch.Tensor:
-    """Input gradient of (log-)softmax from its output ``y``: a contiguous tensor shaped like ``y``."""
-    m, n = y_rows.n_rows, y_rows.n_cols
-    if n > MAX_ROW_BLOCK:
-        return _long_rows().backward(dy, dy_rows, y, y_rows, out_dtype, log).view(y.shape)
-    dx = torch.empty_like(y, dtype=out_dtype, memory_format=torch.contiguous_format)
-    strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
-    cfg = row_config(m, n)
-    _BWD.planned(
-        (dy_rows, y_rows, dy.dtype, y.dtype, out_dtype, log),
-        ((m + cfg.block_m - 1) // cfg.block_m,), (dy, y, dx, m, n, *strides),
-        cfg.num_warps, log, cfg.block_m, cfg.block_n,
-    )
-    return dx
-
-
 def run_forward(x: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
-    """``forward`` along a plan from ``ops.softmax``: the layout work was done once, for its key."""
+    """(Log-)softmax of each row of ``x`` along a plan from ``ops.softmax`` (layout work done once
+    per key): a contiguous tensor of the plan's output dtype shaped like ``x``."""
     if plan.looped:
-        return forward(x, plan.rows, plan.out_dtype, log)
+        return _long_rows().forward(x, plan.rows, plan.out_dtype, log).view(x.shape)
     if plan.fresh_like:
         y = torch.empty_like(x)
     else:
@@ -190,9 +151,10 @@ def run_forward(x: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
 
 
 def run_backward(dy: torch.Tensor, y: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
-    """``backward`` along a plan from ``ops.softmax``."""
+    """Input gradient of (log-)softmax from its output ``y``, along a plan from ``ops.softmax``:
+    a contiguous tensor shaped like ``y``."""
     if plan.looped:
-        return backward(dy, plan.grad_rows, y, plan.rows, plan.out_dtype, log)
+        return _long_rows().backward(dy, plan.grad_rows, y, plan.rows, plan.out_dtype, log).view(y.shape)
     if plan.fresh_like:
         dx = torch.empty_like(y)
     else:
