@@ -15,9 +15,17 @@ from typing import Any
 import torch
 
 from python_native_dsls.cutedsl.kernels.variant import Variant
-from python_native_dsls.triton.ops._layout import Rows, as_rows, float_dtype, is_param, normalized_axis, reduced_rows
+from python_native_dsls.triton.ops._layout import (
+    Rows,
+    as_rows,
+    float_dtype,
+    is_param,
+    normalized_axis,
+    reduced_rows,
+    stat_shape,
+)
 
-__all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows"]
+__all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows", "stat_shape"]
 
 MAX_ROWS = 2**31 - 1  # gridDim.x
 MAX_COLS = 2**31 - 1  # column indices are int32

@@ -22,6 +22,7 @@ from ._rows import (
     norm_rows,
     on_cuda,
     placeholder,
+    stat_shape,
     threads_of,
     unit_rows,
     vector_flags,
@@ -32,10 +33,6 @@ Tensor = torch.Tensor
 
 def _flags(weight: Tensor | None, bias: Tensor | None) -> tuple[str, ...]:
     return tuple(name for name, p in (("weight", weight), ("bias", bias)) if p is not None)
-
-
-def _stat_shape(t: Tensor, n_inner: int) -> list[int]:
-    return [*t.shape[: t.ndim - n_inner], *([1] * n_inner)]
 
 
 def layer_norm_cond(
@@ -69,7 +66,7 @@ def layer_norm_impl(
         rstd,
         float(eps),
     )
-    shape = _stat_shape(input, n_inner)
+    shape = stat_shape(input, input.ndim - n_inner)
     return y.view(input.shape), mean.view(shape), rstd.view(shape)
 
 

@@ -19,6 +19,7 @@ from ._rows import (
     norm_rows,
     on_cuda,
     placeholder,
+    stat_shape,
     threads_of,
     unit_rows,
     vector_flags,
@@ -27,10 +28,6 @@ from ._rows import (
 Tensor = torch.Tensor
 
 DEFAULT_EPS = torch.finfo(torch.float32).eps  # aten's default when eps is None
-
-
-def _stat_shape(t: Tensor, n_inner: int) -> list[int]:
-    return [*t.shape[: t.ndim - n_inner], *([1] * n_inner)]
 
 
 def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> bool:
@@ -54,7 +51,7 @@ def rms_norm_impl(
     w = weight if weight is not None else placeholder(input, input.dtype)
     stats = placeholder(input, torch.float32)
     run(matrix(input, rows), w, w, y, stats, rstd, DEFAULT_EPS if eps is None else float(eps))
-    return y.view(input.shape), rstd.view(_stat_shape(input, n_inner))
+    return y.view(input.shape), rstd.view(stat_shape(input, input.ndim - n_inner))
 
 
 def rms_norm_backward_cond(

@@ -8,16 +8,14 @@ weight and bias gradients in fp32 registers, written once as a partial sum per p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops._layout import NormPlan, Rows
+from python_native_dsls.triton.ops._layout import NormPlan
 
-from . import norm_backward
 from .launch import Launcher, cast_out
+from .norm_backward import backward  # noqa: F401  (the ops call it through this module)
 
 
 @triton.jit
@@ -91,23 +89,3 @@ def run_forward(
         plan.num_warps, rms, weight is not None, bias is not None, plan.block_m, plan.block_n,
     )
     return y, mean, rstd
-
-
-def backward(
-    dy: torch.Tensor,
-    dy_rows: Rows,
-    x: torch.Tensor,
-    x_rows: Rows,
-    mean: torch.Tensor | None,
-    rstd: torch.Tensor,
-    weight: torch.Tensor | None,
-    need: tuple[bool, bool, bool],
-    rms: bool,
-    param_shape: Sequence[int] | None = None,
-) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Gradients ``(dx, dw, db)``; entries not in ``need`` are None.
-
-    ``dx`` is shaped like ``x``, ``dw`` and ``db`` are ``[N]`` or ``param_shape`` in the weight's
-    dtype, all contiguous. ``mean`` and ``rstd`` are read as flat per-row vectors (any float dtype).
-    """
-    return norm_backward.backward(dy, dy_rows, x, x_rows, mean, rstd, weight, need, rms, param_shape)
