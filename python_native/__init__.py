@@ -77,6 +77,7 @@ def register_op_override(
     unconditional_override: bool = False,
     priority: int = 0,
     derive_variants: bool | Iterable[str] = False,
+    impl_takes_plan: bool = False,
 ) -> OverrideHandle:
     """Route ``lib_symbol::op_symbol`` at ``dispatch_key`` to ``impl`` whenever ``cond`` accepts.
 
@@ -85,11 +86,16 @@ def register_op_override(
     had before. Higher ``priority`` runs first; ties run in registration order.
     ``derive_variants=True`` (or ``("inplace", "out")``) also routes the op's in-place and
     ``out=`` variants to the same cond and impl, finished by a generated epilogue.
+    ``impl_takes_plan=True`` hands the cond's result to the impl as the keyword argument ``plan``:
+    a cond that works something out about the call (the rows of a tensor, a tile, a grid) returns
+    it, truthy, or a falsy value to decline, and the impl uses it instead of working it out again.
+    The impl should default ``plan`` to None, and plan for itself then, so it stays callable alone.
     """
     _require_overload(lib_symbol, op_symbol)
     return REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
+        impl_takes_plan=impl_takes_plan,
     )
 
 

@@ -372,7 +372,7 @@ def _resolve(op: str, dsl: str, t: Any) -> Verdicts | None:
     return tables.get(device_key(t.device), {}).get((op, str(t.dtype).removeprefix("torch.")), {}).get(dsl)
 
 
-def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callable[..., bool]:
+def gated(op: str, cond: Callable[..., Any], dsl: str = DEFAULT_DSL) -> Callable[..., Any]:
     """``dsl``'s ``cond`` that also declines where the device's table says the override loses to aten,
     or where another DSL gated on the same op is calibrated faster there and would serve the call
     (it is switched on and installed here, and its own cond accepts).
@@ -380,7 +380,8 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
     Per call, before the cond: two dict reads (dtype, then device index) that hold the op's
     verdicts for that dtype and device once resolved, and a tuple index by size bucket; the cond
     runs only where the table does not decline. Only where a faster rival exists: a set lookup of
-    its DSL switch, and its cond.
+    its DSL switch, and its cond. Where it accepts it returns the cond's own result, so a plan a
+    cond hands to its impl (``impl_takes_plan``) passes through the gate.
     """
     import torch
 
@@ -394,7 +395,7 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
     resolved: dict[Any, dict[int, Any]] = {}  # dtype -> device index (-1: CPU) -> verdicts
     _gate_caches.append(resolved)
 
-    def calibrated_cond(*args: Any, **kwargs: Any) -> bool:
+    def calibrated_cond(*args: Any, **kwargs: Any) -> Any:
         # The table first: where the override loses (small, host-bound calls, mostly) the call then
         # declines without running the cond at all.
         t = args[0] if args and isinstance(args[0], tensor_type) else next(
@@ -413,7 +414,10 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
             return cond(*args, **kwargs)
         wide = 1 if t.ndim and t.shape[-1] >= WIDE_ROW else 0
         verdict = verdicts[2 * min(t.numel().bit_length(), MAX_BUCKET) + wide]
-        if verdict is False or not cond(*args, **kwargs):
+        if verdict is False:
+            return False
+        accepted = cond(*args, **kwargs)  # the cond's own result: a plan, where the impl takes one
+        if not accepted:
             return False
         for rival in verdict:  # empty unless another DSL is calibrated faster for this bucket
             if rival in dsl_off or rival in unroutable:
@@ -421,7 +425,7 @@ def gated(op: str, cond: Callable[..., bool], dsl: str = DEFAULT_DSL) -> Callabl
             rival_cond = rivals.get(rival)
             if rival_cond is not None and rival_cond(*args, **kwargs):
                 return False
-        return True
+        return accepted
 
     calibrated_cond.__name__ = f"calibrated_{getattr(cond, '__name__', 'cond')}"
     calibrated_cond.__wrapped__ = cond  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from python_native import env, scalars
+from python_native.codegen import PLAN_KEYWORD
 
 if TYPE_CHECKING:
     from python_native.registry import OverrideHandle
@@ -59,6 +60,7 @@ def checking(handle: OverrideHandle) -> Callable[..., Any]:
     keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, handle.dispatch_key))
     coercible = [p.tensor and not p.is_out for p in slot.sig.positional]
     where = f"override {handle.name} ({handle.lib}::{handle.op} @ {handle.dispatch_key})"
+    takes_plan = handle.takes_plan
 
     @functools.wraps(impl)
     def checked_impl(*args: Any, **kwargs: Any) -> Any:
@@ -67,7 +69,8 @@ def checking(handle: OverrideHandle) -> Callable[..., Any]:
         _state.busy = True
         try:
             ref_args = [_clone(a) for a in args]
-            ref_kwargs = {k: _clone(v) for k, v in kwargs.items()}
+            # A plan handed over by the cond is the override's own, not an argument of the op.
+            ref_kwargs = {k: _clone(v) for k, v in kwargs.items() if not (takes_plan and k == PLAN_KEYWORD)}
             result = impl(*args, **kwargs)
             peers = [a for a in ref_args if isinstance(a, torch.Tensor)]
             for i, arg in enumerate(ref_args):

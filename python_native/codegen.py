@@ -21,6 +21,8 @@ from python_native.schema import OpSignature
 Epilogue = Literal["functional", "inplace", "out"]
 
 ENTRY_NAME = "_pn_router"
+# The keyword an impl registered with ``impl_takes_plan=True`` receives its cond's result as.
+PLAN_KEYWORD = "plan"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class RouteStep:
     label: str  # global holding the profiler range name
     event: str  # global holding the trace event template
     epilogue: Epilogue
+    takes_plan: bool = False  # the impl receives the cond's result as ``plan=``
 
 
 def _call_args(sig: OpSignature, *, skip_out: bool = False) -> str:
@@ -137,6 +140,12 @@ def router_source(
         impl_args = _call_args(sig, skip_out=step.epilogue == "out")
         if step.cond is None:
             indent = "    "
+        elif step.takes_plan:
+            # The cond's result is the plan: computed once, handed to the impl, never recomputed.
+            lines.append(f"    _pn_plan = {step.cond}({impl_args})")
+            lines.append("    if _pn_plan:")
+            indent = "        "
+            impl_args = f"{impl_args}, {PLAN_KEYWORD}=_pn_plan" if impl_args else f"{PLAN_KEYWORD}=_pn_plan"
         else:
             lines.append(f"    if {step.cond}({impl_args}):")
             indent = "        "

@@ -56,7 +56,7 @@ class OverrideHandle:
     """One registered override. ``remove()`` takes it (and variants derived from it) out."""
 
     __slots__ = (
-        "dsl", "lib", "op", "dispatch_key", "cond", "impl", "priority", "unconditional",
+        "dsl", "lib", "op", "dispatch_key", "cond", "impl", "priority", "unconditional", "takes_plan",
         "uid", "name", "op_names", "epilogue", "derived_from", "derived", "_slot", "_registry",
         "_removed",
     )
@@ -212,6 +212,7 @@ class Registry:
         unconditional_override: bool = False,
         priority: int = 0,
         derive_variants: bool | Iterable[str] = False,
+        impl_takes_plan: bool = False,
     ) -> OverrideHandle:
         dsl = _check_str(dsl, "dsl")
         lib_symbol = _check_str(lib_symbol, "lib_symbol")
@@ -223,6 +224,10 @@ class Registry:
             raise TypeError(f"cond must be callable or None, got {type(cond).__name__}: {cond!r}")
         if not callable(impl):
             raise TypeError(f"impl must be callable, got {type(impl).__name__}: {impl!r}")
+        if not isinstance(impl_takes_plan, bool):
+            raise TypeError(f"impl_takes_plan must be a bool, got {type(impl_takes_plan).__name__}: {impl_takes_plan!r}")
+        if impl_takes_plan and cond is None:
+            raise ValueError("impl_takes_plan=True needs a cond: the plan the impl receives is what the cond returned")
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise TypeError(f"priority must be an int, got {type(priority).__name__}: {priority!r}")
         if not dsl_registry.is_known(dsl):
@@ -233,6 +238,11 @@ class Registry:
                 f"allowed: {list(schema.OVERRIDABLE_NAMESPACES)}"
             )
         sig = self._signature(lib_symbol, op_symbol)
+        if impl_takes_plan and any(p.name == codegen.PLAN_KEYWORD for p in sig.params):
+            raise ValueError(
+                f"impl_takes_plan=True cannot be used for {lib_symbol}::{sig.qualified}: it has a parameter named "
+                f"{codegen.PLAN_KEYWORD!r}, the keyword the plan is passed as"
+            )
         variants = self._variants(lib_symbol, sig, derive_variants)
         self._check_autograd_unchanged(lib_symbol, sig, dispatch_key)
         for _, variant in variants:
@@ -241,7 +251,10 @@ class Registry:
         pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in variants]
         with self._lock:
             handles = [
-                self._new_handle(dsl, lib_symbol, psig, dispatch_key, cond, impl, unconditional_override, priority, kind)
+                self._new_handle(
+                    dsl, lib_symbol, psig, dispatch_key, cond, impl, unconditional_override, priority, kind,
+                    impl_takes_plan,
+                )
                 for psig, kind in pieces
             ]
             primary = handles[0]
@@ -312,11 +325,13 @@ class Registry:
             found.append((kind, variant))
         return found
 
-    def _new_handle(self, dsl, lib, sig, key, cond, impl, unconditional, priority, epilogue) -> OverrideHandle:
+    def _new_handle(
+        self, dsl, lib, sig, key, cond, impl, unconditional, priority, epilogue, takes_plan=False
+    ) -> OverrideHandle:
         uid = next(self._uids)
         return OverrideHandle(
             dsl=dsl, lib=lib, op=sig.qualified, dispatch_key=key, cond=cond, impl=impl,
-            priority=priority, unconditional=unconditional or cond is None, uid=uid,
+            priority=priority, unconditional=unconditional or cond is None, takes_plan=takes_plan, uid=uid,
             name=f"{dsl}::{sig.qualified}#{uid}", op_names=tuple(dict.fromkeys((sig.qualified, sig.packet))),
             epilogue=epilogue, derived_from=None, _slot=None, _registry=self,
         )
@@ -551,6 +566,7 @@ class Registry:
                 label=f"_pn_label_{o.uid}",
                 event=f"_pn_event_{o.uid}",
                 epilogue=o.epilogue,
+                takes_plan=o.takes_plan and not o.unconditional,
             )
             for o in active
         ]
@@ -704,7 +720,9 @@ def _declined(*args: Any, **kwargs: Any) -> bool:
 
 
 def _call_again(functional: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
-    """The impl of a removed override: the op through the dispatcher, which no longer routes to it."""
+    """The impl of a removed override: the op through the dispatcher, which no longer routes to it
+    (a plan handed over by the cond is the removed override's own: it is dropped)."""
+    kwargs.pop(codegen.PLAN_KEYWORD, None)
     return functional(*args, **kwargs)
 
 _NUMBER_TYPES = frozenset({bool, int, float, complex})

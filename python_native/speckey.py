@@ -65,6 +65,9 @@ class SpecializationCache(Generic[T]):
     def __init__(self, build: Callable[..., T], max_entries: int = 1024):
         self._build = build
         self._entries: dict[Hashable, T] = {}
+        # ``lookup(k, default)``: the entries' own ``dict.get``, for hot paths that handle a miss
+        # themselves (``get`` then builds). The dict is only ever cleared in place, so it stays valid.
+        self.lookup: Callable[[Hashable, Any], Any] = self._entries.get
         self._lock = threading.Lock()
         self._max = max_entries
         _caches.add(self)

@@ -205,6 +205,62 @@ def test_planned_launch_keys_on_the_plan_and_pointer_alignment(gpu_like):
     assert len(kernel.normal) == 3  # hooks: Triton's own path
 
 
+class _FakeOutputKernel(_FakeKernel):
+    """A kernel with an input and an output pointer: ``(x, y, n, LOG, BLOCK)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.params = [types.SimpleNamespace(name=n, is_constexpr=n.isupper()) for n in ("x", "y", "n", "LOG", "BLOCK")]
+
+
+def test_fresh_outputs_must_name_kernel_parameters():
+    with pytest.raises(ValueError, match=r"\['out'\] are not parameters of the kernel"):
+        launch.Launcher(_FakeOutputKernel(), ("LOG", "BLOCK"), fresh=("out",))
+
+
+def test_planned_launch_checks_the_inputs_alignment_but_not_fresh_outputs(gpu_like):
+    kernel = _FakeOutputKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"), fresh=("y",))
+    x, y, c = torch.empty(64), torch.empty(64), kernel.compiled
+    launcher.planned("p", (1,), (x, y, 64), 4, True, 128)  # binds the plan
+    launcher.planned("p", (1,), (x, y, 64), 4, True, 128)
+    assert len(kernel.normal) == 1 and len(c.calls) == 1
+    launcher.planned("p", (1,), (torch.empty(65)[1:], y, 64), 4, True, 128)  # a misaligned input
+    assert len(kernel.normal) == 2  # Triton's path decides
+    assert launcher._planned["p"][3] == (0,)  # only the input's alignment is checked per call
+    launcher.planned("q", (2, 3), (x, y, 64), 4, True, 128)
+    launcher.planned("q", (2, 3), (x, y, 64), 4, True, 128)  # a 2-D grid, padded to three dims
+    assert c.calls[-1][:4] == (2, 3, 1, 1234)
+
+
+def test_planned_launch_on_another_device_takes_the_generic_path(gpu_like, monkeypatch):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    x = torch.empty(64)
+    launcher.planned("p", (1,), (x, 64), 4, True, 128)
+    assert launcher._planned["p"][0] == 0
+    monkeypatch.setattr(launch, "_current_device", lambda: 1)  # the user switched devices
+    entered = []
+    monkeypatch.setattr(launch.torch.cuda, "device", lambda index: entered.append(index) or contextlib.nullcontext())
+    launcher.planned("p", (1,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 2 and not kernel.compiled.calls and entered == [0]
+
+
+def test_simulated_device_runs_the_routed_gpu_path_on_cpu_tensors():
+    from python_native_dsls.triton.kernels import softmax
+
+    x = torch.randn(8, 64)
+    real_launch = launch.Launcher._launch
+    with launch.simulated_device() as names:
+        torch.softmax(x, -1)  # the first call of a plan: the stand-in for Triton's compile and launch
+        torch.softmax(x, -1)  # then the bound launcher, through the plan's fast path
+        assert names == ["_softmax_fwd_kernel"] * 2
+        assert len(softmax._FWD._planned) == 1 and softmax._FWD._fast
+    assert launch.Launcher._launch is real_launch
+    assert not softmax._FWD._planned and not softmax._FWD._compiled  # nothing bound inside survives
+    assert softmax._FWD._fast == (not backend.interpret_mode() and softmax._FWD._layout_ok())
+
+
 class _FakeCudaLauncher:
     """Triton 3.6's launcher object as the direct path reads it: the C ``launch`` and its fields."""
 

@@ -98,7 +98,7 @@ def test_half_to_float_kernels(log):
         ref = torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data
         torch.testing.assert_close(dx, ref(dy, y, 1, torch.float32).half())
     # Only CUDA has the half_to_float conversion; elsewhere the cond leaves it to aten.
-    assert softmax_ops.softmax_cond(x, 1, True) == (x.device.type == "cuda")
+    assert bool(softmax_ops.softmax_cond(x, 1, True)) == (x.device.type == "cuda")
 
 
 def test_reduced_rows_views():

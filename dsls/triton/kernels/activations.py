@@ -64,8 +64,8 @@ def _act_bwd_kernel(DY, X, DX, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(DX + offs, cast_out(dy * d, DX.dtype.element_ty), mask=ok)
 
 
-_FWD = Launcher(_act_fwd_kernel, ("ACT", "BLOCK"))
-_BWD = Launcher(_act_bwd_kernel, ("ACT", "BLOCK"))
+_FWD = Launcher(_act_fwd_kernel, ("ACT", "BLOCK"), fresh=("Y",))
+_BWD = Launcher(_act_bwd_kernel, ("ACT", "BLOCK"), fresh=("DX",))
 
 
 def forward(x: torch.Tensor, act: int) -> torch.Tensor:

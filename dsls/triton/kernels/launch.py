@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -65,9 +67,13 @@ _launch_stub: LaunchStub | None = None
 _INTERPRETER_LOCK = threading.Lock()
 _INTERPRET = interpret_mode()
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# What ``_cuda_device_of`` answers for a tensor that is not on a CUDA device (``simulated_device``
+# moves it, so that CPU tensors, whose ``get_device()`` is -1, count as on a device).
+_NOT_CUDA = -1
 _Tensor = torch.Tensor
 # Compiled variants kept per kernel; past this many the table starts over (Triton keeps its own).
 _MAX_VARIANTS = 256
+_LAUNCHERS: weakref.WeakSet[Launcher] = weakref.WeakSet()  # every launcher, for ``simulated_device``
 
 
 @contextlib.contextmanager
@@ -88,6 +94,48 @@ def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
         yield names
     finally:
         _launch_stub = previous
+
+
+@contextlib.contextmanager
+def simulated_device() -> Iterator[list[str]]:
+    """Run the GPU launch path on CPU tensors, Triton's compile and launch replaced by a no-op.
+
+    CPU tensors count as on the current device; a first launch returns a stand-in compiled kernel
+    whose launcher records the kernel's name and returns. Everything else a GPU call does in Python
+    runs as on a GPU: plans, allocations, launch keys, device, hook and alignment checks, the bound
+    launcher's call. Benchmarks time the host path of a hit with it on machines without a GPU.
+    Launchers forget what they bound on entry and on exit. Yields the recorded kernel names.
+    """
+    global _INTERPRET, _NOT_CUDA, _current_device, _raw_stream
+    names: list[str] = []
+    compiled_for: dict[str, Any] = {}
+
+    def fake_launch(launcher: Launcher, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
+        name = launcher.name
+        if name not in compiled_for:
+            compiled_for[name] = types.SimpleNamespace(
+                function=name, packed_metadata=None, run=lambda *call: names.append(name)
+            )
+        names.append(name)
+        return compiled_for[name]
+
+    saved = (_INTERPRET, _NOT_CUDA, _current_device, _raw_stream)
+    real_launch = Launcher._launch
+    launchers = list(_LAUNCHERS)
+    fast = {launcher: launcher._fast for launcher in launchers}
+    _INTERPRET, _NOT_CUDA, _current_device, _raw_stream = False, -2, (lambda: -1), (lambda index: 0)
+    Launcher._launch = fake_launch  # type: ignore[method-assign]
+    for launcher in launchers:
+        launcher._forget_bindings()
+        launcher._fast = launcher._layout_ok()
+    try:
+        yield names
+    finally:
+        _INTERPRET, _NOT_CUDA, _current_device, _raw_stream = saved
+        Launcher._launch = real_launch  # type: ignore[method-assign]
+        for launcher in launchers:
+            launcher._forget_bindings()
+            launcher._fast = fast[launcher]
 
 
 def _spec_key(args: tuple) -> tuple:
@@ -131,28 +179,37 @@ class Launcher:
 
     Call it as ``launcher(grid, args, num_warps, *constexpr_values)``: ``args`` are the runtime
     arguments in declaration order, the first of them a tensor on the launch device; the
-    constexpr values follow in ``constexprs`` order.
+    constexpr values follow in ``constexprs`` order. ``fresh`` names the pointer parameters every
+    caller passes a tensor it has just allocated (an output): the allocator aligns those, so a
+    planned launch does not check their alignment again.
     """
 
-    def __init__(self, kernel: Any, constexprs: Sequence[str]) -> None:
+    def __init__(self, kernel: Any, constexprs: Sequence[str], fresh: Sequence[str] = ()) -> None:
         self.kernel = kernel
         self.constexprs = tuple(constexprs)
+        names = [name for name, _ in _declared_params(kernel) or ()]
+        unknown = [name for name in fresh if name not in names]
+        if unknown:
+            raise ValueError(f"fresh={list(fresh)!r}: {unknown} are not parameters of the kernel ({names})")
+        self._fresh = frozenset(names.index(name) for name in fresh)
         self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
         self._compiled: dict[tuple, Any] = {}
-        self._planned: dict[tuple, tuple] = {}  # (device, plan) -> (launch, prefix, leading pointers)
+        # plan -> (device, launch, prefix, tensor positions, pre-run hooks, Triton's runtime knobs)
+        self._planned: dict[Any, tuple] = {}
         self._fast = not _INTERPRET and self._layout_ok()
         self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
         self._verified = False  # a direct launch has succeeded: its errors are real ones
+        _LAUNCHERS.add(self)
 
     def _layout_ok(self) -> bool:
         """The fast path passes runtime args then constexprs: the kernel must declare them so."""
-        params = getattr(self.kernel, "params", None)
+        params = _declared_params(self.kernel)
         if params is None:
             return False
         n = len(self.constexprs)
-        tail = [p.name for p in params[len(params) - n :]] if n else []
-        return tail == list(self.constexprs) and all(p.is_constexpr for p in params[len(params) - n :]) and not any(
-            p.is_constexpr for p in params[: len(params) - n]
+        runtime, trailing = params[: len(params) - n], params[len(params) - n :]
+        return [name for name, _ in trailing] == list(self.constexprs) and all(c for _, c in trailing) and not any(
+            c for _, c in runtime
         )
 
     def __call__(self, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
@@ -164,7 +221,7 @@ class Launcher:
                 self._launch(grid, args, num_warps, constexprs)
             return
         device = _cuda_device_of(args)
-        if device < 0:  # not a CUDA tensor: Triton's own path reports it
+        if device == _NOT_CUDA:  # not a CUDA tensor: Triton's own path reports it
             self._launch(grid, args, num_warps, constexprs)
             return
         if device != _current_device():
@@ -191,30 +248,39 @@ class Launcher:
 
         ``plan`` is any hashable that determines everything Triton specializes on except pointer
         alignment: the tensors' dtypes, every int argument, ``num_warps`` and the constexprs (a
-        row kernel's rows, dtypes and flags, say). The launch key is then ``plan`` plus one
-        alignment check over the leading tensor arguments, in place of inspecting every argument.
-        Anything off the plain path (stubs, the interpreter, another device, a misaligned
+        row kernel's rows, dtypes and flags, say). Once a plan has launched, a call is one dict
+        read, the device and hook checks, the leading tensors' alignment, and the compiled
+        launcher. Anything off that path (stubs, the interpreter, another device, a misaligned
         pointer, hooks) goes through ``__call__``.
         """
+        entry = self._planned.get(plan)
+        if entry is not None and _launch_stub is None:
+            device, launch, prefix, pointers, pre_run_hooks, runtime = entry
+            if (
+                args[0].get_device() == device
+                and _current_device() == device
+                and not pre_run_hooks
+                and ((enter := runtime.launch_enter_hook) is None or not getattr(enter, "calls", True))
+                and ((leave := runtime.launch_exit_hook) is None or not getattr(leave, "calls", True))
+            ):
+                for i in pointers:
+                    if args[i].data_ptr() & 15:
+                        break
+                else:
+                    self._launch_bound(launch, prefix, device, grid, args, num_warps, constexprs)
+                    return
+        self._planned_slow(plan, grid, args, num_warps, constexprs)
+
+    def _planned_slow(self, plan: Any, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> None:
+        """A planned call off the fast path: stubbed, interpreted, first of its plan, or unusual."""
         if _launch_stub is not None:
             _launch_stub(self, grid, args, num_warps, constexprs)
             return
-        if _INTERPRET:
-            self(grid, args, num_warps, *constexprs)
-            return
-        device = _cuda_device_of(args)
-        entry = self._planned.get((device, plan))
-        if entry is None or device != _current_device() or not self._fast or not self._hooks_idle():
-            self(grid, args, num_warps, *constexprs)
-            if device >= 0 and self._fast:
+        self(grid, args, num_warps, *constexprs)
+        if not _INTERPRET and self._fast:
+            device = _cuda_device_of(args)
+            if device != _NOT_CUDA and device == _current_device():
                 self._remember_plan(device, plan, args, num_warps, constexprs)
-            return
-        launch, prefix, pointers = entry
-        for i in range(pointers):
-            if args[i].data_ptr() & 15:
-                self(grid, args, num_warps, *constexprs)
-                return
-        self._launch_bound(launch, prefix, device, grid, args, num_warps, constexprs)
 
     def _launch_bound(
         self, launch: Callable[..., Any], prefix: tuple, device: int, grid: tuple, args: tuple, num_warps: int,
@@ -222,34 +288,45 @@ class Launcher:
     ) -> None:
         """Call a bound launcher; if it rejects its very first call, fall back to Triton's path for good."""
         try:
-            launch(
-                grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                _raw_stream(device), *prefix, *args, *constexprs,
-            )
+            if len(grid) == 1:
+                launch(grid[0], 1, 1, _raw_stream(device), *prefix, *args, *constexprs)
+            else:
+                launch(*grid, *(1,) * (3 - len(grid)), _raw_stream(device), *prefix, *args, *constexprs)
         except (TypeError, ValueError):
             if self._verified:
                 raise
-            # The launcher rejected the call before launching: this Triton's launcher takes
-            # other arguments. Use Triton's own path for this kernel from now on.
-            self._fast = False
-            self._compiled.clear()
-            self._planned.clear()
+            self._reject_direct_launches()
             self._launch(grid, args, num_warps, constexprs)
             return
-        self._verified = True
+        if not self._verified:
+            self._verified = True
+
+    def _reject_direct_launches(self) -> None:
+        """The compiled launcher rejected its first call before launching: this Triton's launcher
+        takes other arguments. Triton's own path serves this kernel from now on."""
+        self._fast = False
+        self._forget_bindings()
+
+    def _forget_bindings(self) -> None:
+        self._compiled.clear()
+        self._planned.clear()
 
     def _remember_plan(self, device: int, plan: Any, args: tuple, num_warps: int, constexprs: tuple) -> None:
-        """Bind ``plan`` to the compiled variant the call just used, when all its pointers were aligned."""
-        pointers = 0
-        while pointers < len(args) and isinstance(args[pointers], _Tensor):
-            if args[pointers].data_ptr() & 15:
-                return
-            pointers += 1
+        """Bind ``plan`` to the compiled variant the call just used, when all its pointers were
+        aligned; later calls check the alignment of every tensor argument but the fresh outputs."""
+        pointers = []
+        for i, a in enumerate(args):
+            if isinstance(a, _Tensor):
+                if a.data_ptr() & 15:
+                    return
+                if i not in self._fresh:
+                    pointers.append(i)
         bound = self._compiled.get((device, constexprs, num_warps, _spec_key(args)))
-        if bound is not None:
+        if bound is not None and self._hooks_idle():
             if len(self._planned) >= _MAX_VARIANTS:
                 self._planned.clear()
-            self._planned[(device, plan)] = (*bound, pointers)
+            hooks = getattr(self.kernel, "pre_run_hooks", None)
+            self._planned[plan] = (device, *bound, tuple(pointers), () if hooks is None else hooks, self._runtime_knobs)
 
     def _hooks_idle(self) -> bool:
         """Nothing Triton would call around a launch: no pre-run hooks, no launch hooks."""
@@ -265,6 +342,23 @@ class Launcher:
     def _launch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
         """Triton's own launch path; returns what it returns (the compiled kernel on GPU)."""
         return self.kernel[grid](*args, num_warps=num_warps, **dict(zip(self.constexprs, constexprs, strict=True)))
+
+
+def _declared_params(kernel: Any) -> list[tuple[str, bool]] | None:
+    """``(name, is_constexpr)`` per parameter of a ``@triton.jit`` kernel (also an interpreted one,
+    which keeps only its Python function), or None when they cannot be told."""
+    params = getattr(kernel, "params", None)
+    if params is not None:
+        return [(p.name, bool(p.is_constexpr)) for p in params]
+    fn = getattr(kernel, "fn", None)
+    if fn is None:
+        return None
+    import inspect
+
+    return [
+        (name, p.annotation is tl.constexpr or str(p.annotation).endswith("constexpr"))
+        for name, p in inspect.signature(fn).parameters.items()
+    ]
 
 
 def _cuda_device_of(args: tuple) -> int:

@@ -51,7 +51,7 @@ def _norm_fwd_kernel(
     tl.store(Y + rows[:, None] * n_cols + cols[None, :], cast_out(y, Y.dtype.element_ty), mask=mask)
 
 
-_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"))
+_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"), fresh=("Y", "MEAN", "RSTD"))
 
 
 # Per (device index, dtype, shape): a one-element tensor expanded to the statistics' shape.

@@ -188,7 +188,7 @@ _FLAGS = ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_
 _ROWS = Launcher(_norm_bwd_rows_kernel, _FLAGS)
 _ROW_SUMS = Launcher(_norm_bwd_row_sums_kernel, ("IS_RMS", "HAS_W", "BLOCK_M", "BLOCK_N"))
 _COLS = Launcher(_norm_bwd_cols_kernel, _FLAGS)
-_COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"))
+_COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("PART", "OUT"))
 
 
 def _split_rows(n_rows: int, block_m: int, programs: int) -> tuple[int, int]:

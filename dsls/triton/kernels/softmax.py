@@ -127,9 +127,9 @@ def _softmax_bwd_looped_kernel(
         tl.store(dx_row + cols, cast_out(dx, DX.dtype.element_ty), mask=ok)
 
 
-_FWD = Launcher(_softmax_fwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
+_FWD = Launcher(_softmax_fwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"), fresh=("Y",))
 _FWD_LOOPED = Launcher(_softmax_fwd_looped_kernel, ("LOG", "BLOCK_N"))
-_BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"))
+_BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"), fresh=("DX",))
 _BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 
 

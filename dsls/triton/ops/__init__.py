@@ -16,6 +16,12 @@ class OverrideSpec:
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:
+        """An override whose cond returns its launch plan (None to decline) and whose impl takes
+        it as ``plan=``: the layout work of a call is done once, in the cond."""
+        return cls(op, cond, impl, {"impl_takes_plan": True})
+
 
 # Families the last ``all_overrides()`` left out, with why (the status report shows them).
 SKIPPED: dict[str, str] = {}

@@ -169,6 +169,8 @@ def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int
 
 
 _NORM_PLANS: SpecializationCache[NormPlan | None] = SpecializationCache(_norm_plan, 4096)
+_norm_lookup = _NORM_PLANS.lookup
+_MISSING = object()
 
 
 def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> NormPlan | None:
@@ -177,9 +179,11 @@ def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = 
     if x.dtype not in FLOAT_DTYPES:
         return None
     shape = tuple(normalized_shape)
-    if type(x) is not _Tensor:
+    if x.__class__ is not _Tensor:
         return _norm_plan(x, shape, max_cols)
-    return _NORM_PLANS.get((x.size(), x.stride(), shape, max_cols), x, shape, max_cols)
+    key = (x.size(), x.stride(), shape, max_cols)
+    plan = _norm_lookup(key, _MISSING)
+    return _NORM_PLANS.get(key, x, shape, max_cols) if plan is _MISSING else plan
 
 
 def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> Rows | None:

@@ -60,15 +60,18 @@ def plan_outer(self: Tensor, mat2: Tensor) -> OuterPlan:
 
 
 _PLANS: SpecializationCache[OuterPlan | None] = SpecializationCache(_outer_plan, 4096)
+_lookup = _PLANS.lookup
+_MISSING = object()
 
 
 def outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
     """The launch plan when the kernel takes ``self @ mat2``, else None; cached per layout for real tensors."""
-    if type(self) is not Tensor or type(mat2) is not Tensor:
+    if self.__class__ is not Tensor or mat2.__class__ is not Tensor:
         return _outer_plan(self, mat2)
     key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu,
            mat2.size(), mat2.stride(), mat2.dtype, mat2.is_cuda, mat2.is_cpu)
-    return _PLANS.get(key, self, mat2)
+    plan = _lookup(key, _MISSING)
+    return _PLANS.get(key, self, mat2) if plan is _MISSING else plan
 
 
 @functools.cache
@@ -79,14 +82,14 @@ def _kernels() -> ModuleType:
     return bmm_outer
 
 
-def bmm_cond(self: Tensor, mat2: Tensor) -> bool:
-    return outer_plan(self, mat2) is not None
+# The cond returns its plan (None: declined); the router hands it to the impl as ``plan``.
+bmm_cond = outer_plan
 
 
-def bmm_impl(self: Tensor, mat2: Tensor) -> Tensor:
-    # The cond's plan; an impl called directly where the cond would decline plans from the shapes.
-    plan = outer_plan(self, mat2) or plan_outer(self, mat2)
+def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tensor:
+    # An impl called directly where the cond would decline plans from the shapes.
+    plan = plan or outer_plan(self, mat2) or plan_outer(self, mat2)
     return _kernels().run_outer(self, mat2, plan)
 
 
-OVERRIDES = [OverrideSpec("bmm", bmm_cond, bmm_impl)]
+OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl)]

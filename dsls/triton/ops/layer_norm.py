@@ -9,7 +9,7 @@ from types import ModuleType
 import torch
 
 from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, NormPlan, Rows, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
 
 Tensor = torch.Tensor
 
@@ -29,21 +29,23 @@ def _stats_dtype(x: Tensor) -> torch.dtype:
 
 def layer_norm_cond(
     input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
-) -> bool:
+) -> NormPlan | None:
+    """The forward plan where the kernel takes the call, else None (handed to the impl as ``plan``)."""
     if not on_backend(input, weight, bias):
-        return False
+        return None
     plan = norm_plan(input, normalized_shape)
-    return (
-        plan is not None
-        and param_ok(weight, plan.param_size, input.dtype)
-        and param_ok(bias, plan.param_size, input.dtype)
-    )
+    if plan is None or not (
+        param_ok(weight, plan.param_size, input.dtype) and param_ok(bias, plan.param_size, input.dtype)
+    ):
+        return None
+    return plan
 
 
 def layer_norm_impl(
-    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float,
+    plan: NormPlan | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
+    plan = plan or norm_plan(input, normalized_shape)
     return _kernels().run_forward(input, plan, weight, bias, eps, _stats_dtype(input), False)
 
 
@@ -56,23 +58,23 @@ def layer_norm_backward_cond(
     weight: Tensor | None,
     bias: Tensor | None,
     output_mask: Sequence[bool],
-) -> bool:
+) -> tuple[Rows, Rows] | None:
+    """``(grad_out rows, input rows)`` where the kernels take the call, else None (the impl's ``plan``)."""
     if not on_backend(grad_out, input, mean, rstd, weight, bias):
-        return False
+        return None
     plan = norm_plan(input, normalized_shape, MAX_NORM_BWD_COLS)
     if plan is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
-        return False
+        return None
     if not (param_ok(weight, plan.param_size, input.dtype) and param_ok(bias, plan.param_size, input.dtype)):
-        return False
+        return None
     # A parameter gradient is only asked for a parameter that exists.
     if (output_mask[1] and weight is None) or (output_mask[2] and bias is None):
-        return False
+        return None
     n_rows = plan.rows.n_rows
-    return (
-        stats_ok(mean, input, n_rows)
-        and stats_ok(rstd, input, n_rows)
-        and row_fits(as_rows(grad_out, len(normalized_shape)))
-    )
+    if not (stats_ok(mean, input, n_rows) and stats_ok(rstd, input, n_rows)):
+        return None
+    grad_rows = as_rows(grad_out, len(normalized_shape))
+    return (grad_rows, plan.rows) if row_fits(grad_rows) else None
 
 
 def layer_norm_backward_impl(
@@ -84,13 +86,14 @@ def layer_norm_backward_impl(
     weight: Tensor | None,
     bias: Tensor | None,
     output_mask: Sequence[bool],
+    plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
     n_inner = len(normalized_shape)
+    grad_rows, rows = plan or (as_rows(grad_out, n_inner), as_rows(input, n_inner))
     need = (bool(output_mask[0]), bool(output_mask[1]), bool(output_mask[2]))
     # The cond checked that the parameters are shaped like normalized_shape.
     dx, dw, db = _kernels().backward(
-        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), mean, rstd, weight, need, False,
-        tuple(normalized_shape),
+        grad_out, grad_rows, input, rows, mean, rstd, weight, need, False, tuple(normalized_shape),
     )
     if dw is not None and dw.dtype != weight.dtype:
         dw = dw.to(weight.dtype)
@@ -100,6 +103,6 @@ def layer_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec("native_layer_norm", layer_norm_cond, layer_norm_impl),
-    OverrideSpec("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl),
+    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl),
+    OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl),
 ]

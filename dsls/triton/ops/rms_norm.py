@@ -17,7 +17,7 @@ from types import ModuleType
 import torch
 
 from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
+from ._layout import MAX_NORM_BWD_COLS, NormPlan, Rows, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
 
 Tensor = torch.Tensor
 
@@ -33,17 +33,21 @@ def _kernels() -> ModuleType:
     return norm
 
 
-def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> bool:
+def rms_norm_cond(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None
+) -> NormPlan | None:
+    """The forward plan where the kernel takes the call, else None (handed to the impl as ``plan``)."""
     if not on_backend(input, weight):
-        return False
+        return None
     plan = norm_plan(input, normalized_shape)
-    return plan is not None and param_ok(weight, plan.param_size, input.dtype)
+    return plan if plan is not None and param_ok(weight, plan.param_size, input.dtype) else None
 
 
 def rms_norm_impl(
-    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None,
+    plan: NormPlan | None = None,
 ) -> tuple[Tensor, Tensor]:
-    plan = norm_plan(input, normalized_shape)  # the cond's, from the layout cache
+    plan = plan or norm_plan(input, normalized_shape)
     eps = DEFAULT_EPS if eps is None else eps
     y, _, rstd = _kernels().run_forward(input, plan, weight, None, eps, torch.float32, True)
     return y, rstd
@@ -56,15 +60,19 @@ def rms_norm_backward_cond(
     rstd: Tensor,
     weight: Tensor | None,
     output_mask: Sequence[bool],
-) -> bool:
+) -> tuple[Rows, Rows] | None:
+    """``(grad_out rows, input rows)`` where the kernels take the call, else None (the impl's ``plan``)."""
     if not on_backend(grad_out, input, rstd, weight):
-        return False
+        return None
     plan = norm_plan(input, normalized_shape, MAX_NORM_BWD_COLS)
     if plan is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
-        return False
+        return None
     if not param_ok(weight, plan.param_size, input.dtype) or (output_mask[1] and weight is None):
-        return False
-    return stats_ok(rstd, input, plan.rows.n_rows) and row_fits(as_rows(grad_out, len(normalized_shape)))
+        return None
+    if not stats_ok(rstd, input, plan.rows.n_rows):
+        return None
+    grad_rows = as_rows(grad_out, len(normalized_shape))
+    return (grad_rows, plan.rows) if row_fits(grad_rows) else None
 
 
 def rms_norm_backward_impl(
@@ -74,12 +82,13 @@ def rms_norm_backward_impl(
     rstd: Tensor,
     weight: Tensor | None,
     output_mask: Sequence[bool],
+    plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None]:
     n_inner = len(normalized_shape)
+    grad_rows, rows = plan or (as_rows(grad_out, n_inner), as_rows(input, n_inner))
     need = (bool(output_mask[0]), bool(output_mask[1]), False)
     dx, dw, _ = _kernels().backward(
-        grad_out, as_rows(grad_out, n_inner), input, as_rows(input, n_inner), None, rstd, weight, need, True,
-        tuple(normalized_shape),
+        grad_out, grad_rows, input, rows, None, rstd, weight, need, True, tuple(normalized_shape),
     )
     if dw is not None and dw.dtype != weight.dtype:
         dw = dw.to(weight.dtype)
@@ -87,6 +96,6 @@ def rms_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec("_fused_rms_norm", rms_norm_cond, rms_norm_impl),
-    OverrideSpec("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl),
+    OverrideSpec.planned("_fused_rms_norm", rms_norm_cond, rms_norm_impl),
+    OverrideSpec.planned("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl),
 ]

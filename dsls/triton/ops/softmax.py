@@ -64,30 +64,35 @@ def _backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: t
 
 _FORWARD_PLANS: SpecializationCache[RowPlan | None] = SpecializationCache(_forward_plan, 4096)
 _BACKWARD_PLANS: SpecializationCache[RowPlan | None] = SpecializationCache(_backward_plan, 4096)
+_forward_lookup = _FORWARD_PLANS.lookup
+_backward_lookup = _BACKWARD_PLANS.lookup
+_MISSING = object()
 
 
 def forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan | None:
     """The forward plan, cached per layout for real tensors (FakeTensors are planned directly)."""
-    if type(self) is not Tensor:
+    if self.__class__ is not Tensor:
         return _forward_plan(self, dim, half_to_float)
     key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu, dim, half_to_float)
-    return _FORWARD_PLANS.get(key, self, dim, half_to_float)
+    plan = _forward_lookup(key, _MISSING)
+    return _FORWARD_PLANS.get(key, self, dim, half_to_float) if plan is _MISSING else plan
 
 
 def backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> RowPlan | None:
-    if type(grad_output) is not Tensor or type(output) is not Tensor:
+    if grad_output.__class__ is not Tensor or output.__class__ is not Tensor:
         return _backward_plan(grad_output, output, dim, input_dtype)
     key = (
         output.size(), output.stride(), output.dtype, output.is_cuda, output.is_cpu,
         grad_output.size(), grad_output.stride(), grad_output.dtype, grad_output.is_cuda, grad_output.is_cpu,
         dim, input_dtype,
     )
-    return _BACKWARD_PLANS.get(key, grad_output, output, dim, input_dtype)
+    plan = _backward_lookup(key, _MISSING)
+    return _BACKWARD_PLANS.get(key, grad_output, output, dim, input_dtype) if plan is _MISSING else plan
 
 
 def _impl_forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan:
-    """The cond's plan; or, for an impl called directly where the cond would decline (tests run
-    the fp16-to-fp32 kernels on CPU this way), a plan from the layout alone."""
+    """For an impl called without its cond's plan: the plan, or where the cond would decline (tests
+    run the fp16-to-fp32 kernels on CPU this way) a plan from the layout alone."""
     plan = forward_plan(self, dim, half_to_float)
     if plan is None:
         out_dtype = torch.float32 if half_to_float else self.dtype
@@ -102,33 +107,36 @@ def _impl_backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dty
     return plan
 
 
-def softmax_cond(self: Tensor, dim: int, half_to_float: bool) -> bool:
-    return forward_plan(self, dim, half_to_float) is not None
+# The conds return their plan (None: declined); the router hands it to the impl as ``plan``.
+softmax_cond = forward_plan
+softmax_backward_cond = backward_plan
 
 
-def softmax_impl(self: Tensor, dim: int, half_to_float: bool) -> Tensor:
-    return _kernels().run_forward(self, _impl_forward_plan(self, dim, half_to_float), False)
+def softmax_impl(self: Tensor, dim: int, half_to_float: bool, plan: RowPlan | None = None) -> Tensor:
+    return _kernels().run_forward(self, plan or _impl_forward_plan(self, dim, half_to_float), False)
 
 
-def log_softmax_impl(self: Tensor, dim: int, half_to_float: bool) -> Tensor:
-    return _kernels().run_forward(self, _impl_forward_plan(self, dim, half_to_float), True)
+def log_softmax_impl(self: Tensor, dim: int, half_to_float: bool, plan: RowPlan | None = None) -> Tensor:
+    return _kernels().run_forward(self, plan or _impl_forward_plan(self, dim, half_to_float), True)
 
 
-def softmax_backward_cond(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> bool:
-    return backward_plan(grad_output, output, dim, input_dtype) is not None
+def softmax_backward_impl(
+    grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype, plan: RowPlan | None = None
+) -> Tensor:
+    plan = plan or _impl_backward_plan(grad_output, output, dim, input_dtype)
+    return _kernels().run_backward(grad_output, output, plan, False)
 
 
-def softmax_backward_impl(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> Tensor:
-    return _kernels().run_backward(grad_output, output, _impl_backward_plan(grad_output, output, dim, input_dtype), False)
-
-
-def log_softmax_backward_impl(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> Tensor:
-    return _kernels().run_backward(grad_output, output, _impl_backward_plan(grad_output, output, dim, input_dtype), True)
+def log_softmax_backward_impl(
+    grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype, plan: RowPlan | None = None
+) -> Tensor:
+    plan = plan or _impl_backward_plan(grad_output, output, dim, input_dtype)
+    return _kernels().run_backward(grad_output, output, plan, True)
 
 
 OVERRIDES = [
-    OverrideSpec("_softmax", softmax_cond, softmax_impl),
-    OverrideSpec("_log_softmax", softmax_cond, log_softmax_impl),
-    OverrideSpec("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl),
-    OverrideSpec("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl),
+    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl),
+    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl),
+    OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl),
+    OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl),
 ]
