@@ -318,3 +318,15 @@ def test_gpu_second_call_takes_the_prebound_path():
     assert softmax._FWD._compiled, "the first launch should have kept its compiled kernel"
     y = torch.softmax(x.clone(), -1)
     torch.testing.assert_close(y, ref)
+
+
+def test_new_contiguous_allocates_fresh_row_major_outputs():
+    from python_native_dsls.triton.kernels.alloc import new_contiguous
+
+    like = torch.empty(3, 5, dtype=torch.float16)
+    a = new_contiguous(like, (4, 1, 6), torch.float32)
+    b = new_contiguous(like, (4, 1, 6), torch.float32)
+    assert a.shape == (4, 1, 6) and a.dtype == torch.float32 and a.device == like.device
+    assert a.is_contiguous() and a.stride() == (6, 6, 1)
+    assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()  # never shared
+    assert a.untyped_storage().nbytes() == 4 * 6 * 4  # its own storage, the template's is one element

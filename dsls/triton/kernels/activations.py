@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from python_native_dsls.triton.ops.activations import ElementwisePlan
+
 from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, Launcher, cast_out
 
 SILU = 0
@@ -68,23 +70,16 @@ _FWD = Launcher(_act_fwd_kernel, ("ACT", "BLOCK"), fresh=("Y",))
 _BWD = Launcher(_act_bwd_kernel, ("ACT", "BLOCK"), fresh=("DX",))
 
 
-def forward(x: torch.Tensor, act: int) -> torch.Tensor:
-    """``act(x)`` into a tensor with ``x``'s shape and strides (``x`` must be dense)."""
+def run_forward(x: torch.Tensor, plan: ElementwisePlan) -> torch.Tensor:
+    """``act(x)`` into a tensor with ``x``'s shape and strides (``x`` must be dense), along a plan
+    from ``ops.activations``."""
     y = torch.empty_like(x)
-    n = x.numel()
-    _FWD.planned(
-        (x.dtype, n, act), ((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (x, y, n),
-        ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK,
-    )
+    _FWD.planned(plan.launch_key, plan.grid, (x, y, plan.n), ELEMENTWISE_WARPS, plan.act, ELEMENTWISE_BLOCK)
     return y
 
 
-def backward(dy: torch.Tensor, x: torch.Tensor, act: int) -> torch.Tensor:
+def run_backward(dy: torch.Tensor, x: torch.Tensor, plan: ElementwisePlan) -> torch.Tensor:
     """``dy * act'(x)``; ``dy`` and ``x`` must be dense with identical strides."""
     dx = torch.empty_like(x)
-    n = x.numel()
-    _BWD.planned(
-        (dy.dtype, x.dtype, n, act), ((n + ELEMENTWISE_BLOCK - 1) // ELEMENTWISE_BLOCK,), (dy, x, dx, n),
-        ELEMENTWISE_WARPS, act, ELEMENTWISE_BLOCK,
-    )
+    _BWD.planned(plan.launch_key, plan.grid, (dy, x, dx, plan.n), ELEMENTWISE_WARPS, plan.act, ELEMENTWISE_BLOCK)
     return dx

@@ -12,6 +12,7 @@ import triton.language as tl
 
 from python_native_dsls.triton.ops.bmm import OuterPlan, plan_outer
 
+from .alloc import new_contiguous
 from .launch import Launcher, cast_out
 
 
@@ -41,7 +42,7 @@ _OUTER = Launcher(_outer_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("OUT",))
 
 def run_outer(a: torch.Tensor, c: torch.Tensor, plan: OuterPlan) -> torch.Tensor:
     """``outer`` along a plan from ``ops.bmm``: the layout work was done once, for its key."""
-    out = a.new_empty(plan.out_shape)
+    out = new_contiguous(a, plan.out_shape, a.dtype)
     _OUTER.planned(plan.serial, plan.grid, (a, c, out, *plan.ints), plan.num_warps, plan.block_m, plan.block_n)
     return out
 

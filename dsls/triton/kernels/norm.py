@@ -14,6 +14,7 @@ import triton.language as tl
 
 from python_native_dsls.triton.ops._layout import NormPlan
 
+from .alloc import new_contiguous
 from .launch import Launcher, cast_out
 from .norm_backward import backward  # noqa: F401  (the ops call it through this module)
 
@@ -54,21 +55,6 @@ def _norm_fwd_kernel(
 _FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"), fresh=("Y", "MEAN", "RSTD"))
 
 
-# Per (device index, dtype, shape): a one-element tensor expanded to the statistics' shape.
-# ``torch.empty_like`` of it allocates contiguous statistics faster than ``new_empty(shape, dtype=)``.
-_STAT_TEMPLATES: dict[tuple, torch.Tensor] = {}
-
-
-def _new_stats(x: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    key = (x.get_device(), dtype, shape)
-    template = _STAT_TEMPLATES.get(key)
-    if template is None:
-        if len(_STAT_TEMPLATES) >= 1024:
-            _STAT_TEMPLATES.clear()
-        template = _STAT_TEMPLATES[key] = x.new_empty((1,) * len(shape), dtype=dtype).expand(shape)
-    return torch.empty_like(template)
-
-
 def run_forward(
     x: torch.Tensor, plan: NormPlan, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
     stats_dtype: torch.dtype, rms: bool,
@@ -76,8 +62,8 @@ def run_forward(
     """``forward`` along a plan from ``ops._layout.norm_plan``: tile, grid and layouts were worked
     out once for the input's layout."""
     y = torch.empty_like(x) if plan.fresh_like else torch.empty_like(x, memory_format=torch.contiguous_format)
-    rstd = _new_stats(x, plan.stat_shape, stats_dtype)
-    mean = None if rms else _new_stats(x, plan.stat_shape, stats_dtype)
+    rstd = new_contiguous(x, plan.stat_shape, stats_dtype)
+    mean = None if rms else new_contiguous(x, plan.stat_shape, stats_dtype)
     rows = plan.rows
     _FWD.planned(
         (rows, x.dtype, stats_dtype, rms, None if weight is None else weight.dtype, None if bias is None else bias.dtype),

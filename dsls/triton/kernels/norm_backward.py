@@ -27,6 +27,7 @@ from python_native.speckey import SpecializationCache
 from python_native_dsls.triton.ops._layout import Rows
 
 from . import tuning
+from .alloc import new_contiguous
 from .launch import Launcher, cast_out, cdiv, next_power_of_2
 
 
@@ -280,9 +281,9 @@ def backward(
     param_dtype = torch.float32 if weight is None else weight.dtype
     final = (n,) if param_shape is None else param_shape
     if single:  # laid out as one partial row [dw | db], allocated as the two outputs side by side
-        part = x.new_empty((2, *final), dtype=param_dtype)
+        part = new_contiguous(x, (2, *final), param_dtype)
     else:
-        part = x.new_empty((plan.programs, 2 * n), dtype=torch.float32) if reduce else rstd
+        part = new_contiguous(x, (plan.programs, 2 * n), torch.float32) if reduce else rstd
     if plan.register_rows:
         _ROWS.planned(
             spec, plan.grid,
@@ -311,7 +312,7 @@ def backward(
         return dx, part[0] if need_dw else None, part[1] if need_db else None
     # Fold the partial rows; one launch covers dw and db (side by side in each partial row).
     both = need_dw and need_db
-    total = x.new_empty((2, *final) if both else final, dtype=param_dtype)
+    total = new_contiguous(x, (2, *final) if both else final, param_dtype)
     folding = plan.reduce
     _COLUMN_SUM.planned(
         (n, plan.programs, plan.reduce_width, plan.reduce_offset, total.dtype), plan.reduce_grid,

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 
+from python_native.speckey import SpecializationCache
+
 from . import OverrideSpec
 from ._layout import FLOAT_DTYPES, dense_like, fits_index, on_backend
+from ._tiles import ELEMENTWISE_BLOCK, cdiv
 
 Tensor = torch.Tensor
 
@@ -26,6 +30,15 @@ def _kernels() -> ModuleType:
     from python_native_dsls.triton.kernels import activations
 
     return activations
+
+
+class ElementwisePlan(NamedTuple):
+    """One flat launch over ``n`` elements, worked out once per layout, dtype and activation."""
+
+    n: int
+    grid: tuple[int]
+    act: int
+    launch_key: tuple  # everything Triton specializes the launch on but pointer alignment
 
 
 def _input_ok(x: Tensor) -> bool:
@@ -42,41 +55,92 @@ def _pair_ok(x: Tensor, grad: Tensor) -> bool:
     )
 
 
-def silu_cond(self: Tensor) -> bool:
-    return _input_ok(self)
+def _plan(x: Tensor, act: int, grad: Tensor | None = None) -> ElementwisePlan:
+    """The launch over ``x`` (and ``grad``, for a backward), without checking that the kernel takes it."""
+    n = x.numel()
+    grad_dtype = None if grad is None else grad.dtype
+    return ElementwisePlan(n, (cdiv(n, ELEMENTWISE_BLOCK),), act, (x.dtype, grad_dtype, n, act))
 
 
-def silu_impl(self: Tensor) -> Tensor:
-    return _kernels().forward(self, _SILU)
+def _forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
+    return _plan(x, act) if _input_ok(x) else None
 
 
-def silu_backward_cond(grad_output: Tensor, self: Tensor) -> bool:
-    return _pair_ok(self, grad_output)
+def _backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
+    return _plan(x, act, grad) if _pair_ok(x, grad) else None
 
 
-def silu_backward_impl(grad_output: Tensor, self: Tensor) -> Tensor:
-    return _kernels().backward(grad_output, self, _SILU)
+_FORWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_forward_plan, 4096)
+_BACKWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_backward_plan, 4096)
+_forward_lookup = _FORWARD_PLANS.lookup
+_backward_lookup = _BACKWARD_PLANS.lookup
+_MISSING = object()
 
 
-def gelu_cond(self: Tensor, *, approximate: str) -> bool:
-    return approximate in _GELU_MODES and _input_ok(self)
+def forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
+    """The plan where the kernel takes ``act(x)``, else None; cached per layout for real tensors."""
+    if x.__class__ is not Tensor:
+        return _forward_plan(x, act)
+    key = (x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu, act)
+    plan = _forward_lookup(key, _MISSING)
+    return _FORWARD_PLANS.get(key, x, act) if plan is _MISSING else plan
 
 
-def gelu_impl(self: Tensor, *, approximate: str) -> Tensor:
-    return _kernels().forward(self, _GELU_MODES[approximate])
+def backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
+    """The plan where the kernel takes ``grad * act'(x)``, else None."""
+    if x.__class__ is not Tensor or grad.__class__ is not Tensor:
+        return _backward_plan(grad, x, act)
+    key = (
+        x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu,
+        grad.size(), grad.stride(), grad.dtype, grad.is_cuda, grad.is_cpu, act,
+    )
+    plan = _backward_lookup(key, _MISSING)
+    return _BACKWARD_PLANS.get(key, grad, x, act) if plan is _MISSING else plan
 
 
-def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> bool:
-    return approximate in _GELU_MODES and _pair_ok(self, grad_output)
+# Conds return their plan (None: declined); the router hands it to the impl as ``plan``. An impl
+# called alone plans from the layout itself, without the cond's checks.
 
 
-def gelu_backward_impl(grad_output: Tensor, self: Tensor, *, approximate: str) -> Tensor:
-    return _kernels().backward(grad_output, self, _GELU_MODES[approximate])
+def silu_cond(self: Tensor) -> ElementwisePlan | None:
+    return forward_plan(self, _SILU)
+
+
+def silu_impl(self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
+    return _kernels().run_forward(self, plan or _plan(self, _SILU))
+
+
+def silu_backward_cond(grad_output: Tensor, self: Tensor) -> ElementwisePlan | None:
+    return backward_plan(grad_output, self, _SILU)
+
+
+def silu_backward_impl(grad_output: Tensor, self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
+    return _kernels().run_backward(grad_output, self, plan or _plan(self, _SILU, grad_output))
+
+
+def gelu_cond(self: Tensor, *, approximate: str) -> ElementwisePlan | None:
+    act = _GELU_MODES.get(approximate)
+    return None if act is None else forward_plan(self, act)
+
+
+def gelu_impl(self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None) -> Tensor:
+    return _kernels().run_forward(self, plan or _plan(self, _GELU_MODES[approximate]))
+
+
+def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> ElementwisePlan | None:
+    act = _GELU_MODES.get(approximate)
+    return None if act is None else backward_plan(grad_output, self, act)
+
+
+def gelu_backward_impl(
+    grad_output: Tensor, self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None
+) -> Tensor:
+    return _kernels().run_backward(grad_output, self, plan or _plan(self, _GELU_MODES[approximate], grad_output))
 
 
 OVERRIDES = [
-    OverrideSpec("silu", silu_cond, silu_impl),
-    OverrideSpec("silu_backward", silu_backward_cond, silu_backward_impl),
-    OverrideSpec("gelu", gelu_cond, gelu_impl),
-    OverrideSpec("gelu_backward", gelu_backward_cond, gelu_backward_impl),
+    OverrideSpec.planned("silu", silu_cond, silu_impl),
+    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl),
+    OverrideSpec.planned("gelu", gelu_cond, gelu_impl),
+    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl),
 ]
