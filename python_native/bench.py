@@ -612,10 +612,3 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
         "threshold": threshold,
         "rows": rows,
     }
-
-
-def table_filename(device_key: str) -> str:
-    """A file name for a device key (see ``calibration.table_filename``)."""
-    from python_native import calibration
-
-    return calibration.table_filename(device_key)

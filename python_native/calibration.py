@@ -412,8 +412,7 @@ def gated(op: str, cond: Callable[..., Any], dsl: str = DEFAULT_DSL) -> Callable
             verdicts = by_device[index] = _resolve(op, dsl, t)
         if verdicts is None:
             return cond(*args, **kwargs)
-        wide = 1 if t.ndim and t.shape[-1] >= WIDE_ROW else 0
-        verdict = verdicts[2 * min(t.numel().bit_length(), MAX_BUCKET) + wide]
+        verdict = verdicts[2 * min(t.numel().bit_length(), MAX_BUCKET) + width_class(t.shape[-1] if t.ndim else None)]
         if verdict is False:
             return False
         accepted = cond(*args, **kwargs)  # the cond's own result: a plan, where the impl takes one

@@ -325,9 +325,7 @@ class Registry:
             found.append((kind, variant))
         return found
 
-    def _new_handle(
-        self, dsl, lib, sig, key, cond, impl, unconditional, priority, epilogue, takes_plan=False
-    ) -> OverrideHandle:
+    def _new_handle(self, dsl, lib, sig, key, cond, impl, unconditional, priority, epilogue, takes_plan) -> OverrideHandle:
         uid = next(self._uids)
         return OverrideHandle(
             dsl=dsl, lib=lib, op=sig.qualified, dispatch_key=key, cond=cond, impl=impl,
@@ -532,7 +530,7 @@ class Registry:
         uid, ns = o.uid, slot.namespace
         functional = schema.find_overload(o.lib, (o.derived_from or o).op)
         ns[f"_pn_cond_{uid}"] = _declined
-        ns[f"_pn_impl_{uid}"] = functools.partial(_call_again, functional)
+        ns[f"_pn_impl_{uid}"] = functools.partial(_call_again, functional, o.takes_plan)
         ns[f"_pn_label_{uid}"] = "python_native::removed"
         ns[f"_pn_event_{uid}"] = ns["_pn_fallback_event"]
         for key in [k for k in slot.codes if uid in k[0]]:
@@ -719,10 +717,11 @@ def _declined(*args: Any, **kwargs: Any) -> bool:
     return False
 
 
-def _call_again(functional: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+def _call_again(functional: torch._ops.OpOverload, takes_plan: bool, *args: Any, **kwargs: Any) -> Any:
     """The impl of a removed override: the op through the dispatcher, which no longer routes to it
-    (a plan handed over by the cond is the removed override's own: it is dropped)."""
-    kwargs.pop(codegen.PLAN_KEYWORD, None)
+    (a plan its cond handed over is the removed override's own, not an argument of the op: dropped)."""
+    if takes_plan:
+        kwargs.pop(codegen.PLAN_KEYWORD, None)
     return functional(*args, **kwargs)
 
 _NUMBER_TYPES = frozenset({bool, int, float, complex})

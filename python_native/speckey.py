@@ -20,6 +20,8 @@ import torch
 T = TypeVar("T")
 
 _Tensor = torch.Tensor
+# What ``SpecializationCache.lookup`` is given as its default: no entry yet (None is a valid entry).
+MISSING: Any = object()
 
 
 def _concrete(value: Any) -> Hashable:
@@ -65,8 +67,9 @@ class SpecializationCache(Generic[T]):
     def __init__(self, build: Callable[..., T], max_entries: int = 1024):
         self._build = build
         self._entries: dict[Hashable, T] = {}
-        # ``lookup(k, default)``: the entries' own ``dict.get``, for hot paths that handle a miss
-        # themselves (``get`` then builds). The dict is only ever cleared in place, so it stays valid.
+        # ``lookup(k, MISSING)``: the entries' own ``dict.get``, one C call where ``get`` is a Python
+        # frame, for per-call paths; on ``MISSING`` they call ``get``, which builds. The dict is only
+        # ever cleared in place, so the bound method stays valid.
         self.lookup: Callable[[Hashable, Any], Any] = self._entries.get
         self._lock = threading.Lock()
         self._max = max_entries

@@ -109,4 +109,4 @@ def test_calibrate_writes_a_valid_table(tmp_path, capsys):
 
 
 def test_table_filename():
-    assert bench.table_filename("NVIDIA H100 80GB HBM3/sm90") == "nvidia_h100_80gb_hbm3_sm90.json"
+    assert calibration.table_filename("NVIDIA H100 80GB HBM3/sm90") == "nvidia_h100_80gb_hbm3_sm90.json"

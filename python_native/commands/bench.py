@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = bench.run_rows(cases, device, inductor, progress, bandwidth)
     if args.json:
-        print(json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
+        print(_json_document(env, rows))
     else:
         print(bench.geometric_mean_line(rows))
     if args.plot:
@@ -88,13 +88,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_document(env: dict, rows: list) -> str:
+    """The environment and the rows measured so far, as ``--json`` prints and ``--save-json`` writes them."""
+    return json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
+
+
 def _write_json(path: str, env: dict, rows: list) -> None:
-    document = json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
-    Path(path).write_text(document + "\n")
+    Path(path).write_text(_json_document(env, rows) + "\n")
 
 
 def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:
-    from python_native import bench
+    from python_native import bench, calibration
 
     if not args.threshold > 0:
         return _fail(f"--threshold {args.threshold}: must be a positive aten/override time ratio (e.g. 1.0)")
@@ -118,7 +122,7 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
               f"{'wins' if row['wins'] else 'loses'}", file=sys.stderr, flush=True)
 
     table = bench.calibrate(device, dtypes, args.quick, ops, args.threshold, progress)
-    path = Path(args.output or bench.table_filename(table["device"]))
+    path = Path(args.output or calibration.table_filename(table["device"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table, indent=1) + "\n")
     losing = sum(not r["wins"] for r in table["rows"])

@@ -187,14 +187,15 @@ class Launcher:
     def __init__(self, kernel: Any, constexprs: Sequence[str], fresh: Sequence[str] = ()) -> None:
         self.kernel = kernel
         self.constexprs = tuple(constexprs)
-        names = [name for name, _ in _declared_params(kernel) or ()]
+        self._params = _declared_params(kernel)
+        names = [name for name, _ in self._params or ()]
         unknown = [name for name in fresh if name not in names]
         if unknown:
             raise ValueError(f"fresh={list(fresh)!r}: {unknown} are not parameters of the kernel ({names})")
         self._fresh = frozenset(names.index(name) for name in fresh)
         self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
         self._compiled: dict[tuple, Any] = {}
-        # plan -> (device, launch, prefix, tensor positions, pre-run hooks, Triton's runtime knobs)
+        # plan -> (device, launch, prefix, positions of the tensors whose alignment each call checks)
         self._planned: dict[Any, tuple] = {}
         self._fast = not _INTERPRET and self._layout_ok()
         self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
@@ -203,7 +204,7 @@ class Launcher:
 
     def _layout_ok(self) -> bool:
         """The fast path passes runtime args then constexprs: the kernel must declare them so."""
-        params = _declared_params(self.kernel)
+        params = self._params
         if params is None:
             return False
         n = len(self.constexprs)
@@ -249,20 +250,14 @@ class Launcher:
         ``plan`` is any hashable that determines everything Triton specializes on except pointer
         alignment: the tensors' dtypes, every int argument, ``num_warps`` and the constexprs (a
         row kernel's rows, dtypes and flags, say). Once a plan has launched, a call is one dict
-        read, the device and hook checks, the leading tensors' alignment, and the compiled
-        launcher. Anything off that path (stubs, the interpreter, another device, a misaligned
+        read, the device and hook checks, the alignment of the tensor arguments (fresh outputs
+        excepted), and the compiled launcher. Anything off that path (stubs, the interpreter, another device, a misaligned
         pointer, hooks) goes through ``__call__``.
         """
         entry = self._planned.get(plan)
         if entry is not None and _launch_stub is None:
-            device, launch, prefix, pointers, pre_run_hooks, runtime = entry
-            if (
-                args[0].get_device() == device
-                and _current_device() == device
-                and not pre_run_hooks
-                and ((enter := runtime.launch_enter_hook) is None or not getattr(enter, "calls", True))
-                and ((leave := runtime.launch_exit_hook) is None or not getattr(leave, "calls", True))
-            ):
+            device, launch, prefix, pointers = entry
+            if args[0].get_device() == device and _current_device() == device and self._hooks_idle():
                 for i in pointers:
                     if args[i].data_ptr() & 15:
                         break
@@ -325,8 +320,7 @@ class Launcher:
         if bound is not None and self._hooks_idle():
             if len(self._planned) >= _MAX_VARIANTS:
                 self._planned.clear()
-            hooks = getattr(self.kernel, "pre_run_hooks", None)
-            self._planned[plan] = (device, *bound, tuple(pointers), () if hooks is None else hooks, self._runtime_knobs)
+            self._planned[plan] = (device, *bound, tuple(pointers))
 
     def _hooks_idle(self) -> bool:
         """Nothing Triton would call around a launch: no pre-run hooks, no launch hooks."""

@@ -296,8 +296,8 @@ def backward(
         c1 = c2 = rstd
         if plan.sums is not None:
             sums = plan.sums
-            c1 = x.new_empty((m,), dtype=torch.float32)
-            c2 = c1 if rms else x.new_empty((m,), dtype=torch.float32)
+            c1 = new_contiguous(x, (m,), torch.float32)
+            c2 = c1 if rms else new_contiguous(x, (m,), torch.float32)
             _ROW_SUMS(
                 plan.sums_grid, (dy, x, w, stat, rstd, c1, c2, m, n, *strides),
                 sums.num_warps, rms, has_w, sums.block_m, sums.block_n,

@@ -35,6 +35,8 @@ from typing import NamedTuple
 
 import torch
 
+from python_native_dsls.triton.ops._tiles import next_power_of_2
+
 # Widest rows whose backward keeps a whole row (and the dw/db accumulators) in registers.
 NORM_BWD_REGISTER_MAX = 8192
 # Widest softmax rows held whole by one program; wider rows take the split-row path.
@@ -118,7 +120,7 @@ TABLE: dict[tuple[str, torch.dtype, int], Tile] = {
 def tile(kernel: str, dtype: torch.dtype, n_cols: int) -> Tile:
     """The table entry for ``kernel`` on rows of ``n_cols`` columns of ``dtype`` (widths past the
     last bucket use the last bucket: those kernels stream columns anyway)."""
-    bucket = min(1 << (max(1, n_cols) - 1).bit_length(), _BUCKETS[-1])
+    bucket = min(next_power_of_2(n_cols), _BUCKETS[-1])
     return TABLE[(kernel, dtype, bucket)]
 
 

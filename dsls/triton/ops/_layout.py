@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 import python_native_dsls.triton as backend
-from python_native.speckey import SpecializationCache
+from python_native.speckey import MISSING, SpecializationCache
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
@@ -170,7 +170,6 @@ def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int
 
 _NORM_PLANS: SpecializationCache[NormPlan | None] = SpecializationCache(_norm_plan, 4096)
 _norm_lookup = _NORM_PLANS.lookup
-_MISSING = object()
 
 
 def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> NormPlan | None:
@@ -182,8 +181,8 @@ def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = 
     if x.__class__ is not _Tensor:
         return _norm_plan(x, shape, max_cols)
     key = (x.size(), x.stride(), shape, max_cols)
-    plan = _norm_lookup(key, _MISSING)
-    return _NORM_PLANS.get(key, x, shape, max_cols) if plan is _MISSING else plan
+    plan = _norm_lookup(key, MISSING)
+    return _NORM_PLANS.get(key, x, shape, max_cols) if plan is MISSING else plan
 
 
 def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> Rows | None:

@@ -52,7 +52,7 @@ _ROW_CONFIGS: SpecializationCache[RowConfig] = SpecializationCache(_build_row_co
 
 def row_config(n_rows: int, n_cols: int) -> RowConfig:
     """Tile for a row-wise kernel; ``n_rows`` only caps how many rows share a program."""
-    rows_hint = min(1 << (n_rows - 1).bit_length() if n_rows > 1 else 1, ROW_TILE)
+    rows_hint = min(next_power_of_2(n_rows), ROW_TILE)
     return _ROW_CONFIGS.get((n_cols, rows_hint), n_cols, rows_hint)
 
 

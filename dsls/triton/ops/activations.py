@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.speckey import SpecializationCache
+from python_native.speckey import MISSING, SpecializationCache
 
 from . import OverrideSpec
 from ._layout import FLOAT_DTYPES, dense_like, fits_index, on_backend
@@ -74,7 +74,6 @@ _FORWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCach
 _BACKWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_backward_plan, 4096)
 _forward_lookup = _FORWARD_PLANS.lookup
 _backward_lookup = _BACKWARD_PLANS.lookup
-_MISSING = object()
 
 
 def forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
@@ -82,8 +81,8 @@ def forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
     if x.__class__ is not Tensor:
         return _forward_plan(x, act)
     key = (x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu, act)
-    plan = _forward_lookup(key, _MISSING)
-    return _FORWARD_PLANS.get(key, x, act) if plan is _MISSING else plan
+    plan = _forward_lookup(key, MISSING)
+    return _FORWARD_PLANS.get(key, x, act) if plan is MISSING else plan
 
 
 def backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
@@ -94,8 +93,8 @@ def backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
         x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu,
         grad.size(), grad.stride(), grad.dtype, grad.is_cuda, grad.is_cpu, act,
     )
-    plan = _backward_lookup(key, _MISSING)
-    return _BACKWARD_PLANS.get(key, grad, x, act) if plan is _MISSING else plan
+    plan = _backward_lookup(key, MISSING)
+    return _BACKWARD_PLANS.get(key, grad, x, act) if plan is MISSING else plan
 
 
 # Conds return their plan (None: declined); the router hands it to the impl as ``plan``. An impl

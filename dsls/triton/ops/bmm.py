@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.speckey import SpecializationCache
+from python_native.speckey import MISSING, SpecializationCache
 
 from . import OverrideSpec
 from ._layout import MAX_INDEX, float_dtype, on_backend
@@ -61,7 +61,6 @@ def plan_outer(self: Tensor, mat2: Tensor) -> OuterPlan:
 
 _PLANS: SpecializationCache[OuterPlan | None] = SpecializationCache(_outer_plan, 4096)
 _lookup = _PLANS.lookup
-_MISSING = object()
 
 
 def outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
@@ -70,8 +69,8 @@ def outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
         return _outer_plan(self, mat2)
     key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu,
            mat2.size(), mat2.stride(), mat2.dtype, mat2.is_cuda, mat2.is_cpu)
-    plan = _lookup(key, _MISSING)
-    return _PLANS.get(key, self, mat2) if plan is _MISSING else plan
+    plan = _lookup(key, MISSING)
+    return _PLANS.get(key, self, mat2) if plan is MISSING else plan
 
 
 @functools.cache

@@ -95,8 +95,6 @@ def layer_norm_backward_impl(
     dx, dw, db = _kernels().backward(
         grad_out, grad_rows, input, rows, mean, rstd, weight, need, False, tuple(normalized_shape),
     )
-    if dw is not None and dw.dtype != weight.dtype:
-        dw = dw.to(weight.dtype)
     if db is not None and db.dtype != bias.dtype:
         db = db.to(bias.dtype)
     return dx, dw, db

@@ -90,8 +90,6 @@ def rms_norm_backward_impl(
     dx, dw, _ = _kernels().backward(
         grad_out, grad_rows, input, rows, None, rstd, weight, need, True, tuple(normalized_shape),
     )
-    if dw is not None and dw.dtype != weight.dtype:
-        dw = dw.to(weight.dtype)
     return dx, dw
 
 

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import torch
 
-from python_native.speckey import SpecializationCache
+from python_native.speckey import MISSING, SpecializationCache
 
 from . import OverrideSpec
 from ._layout import float_dtype, on_backend, reduced_rows, row_fits
@@ -66,7 +66,6 @@ _FORWARD_PLANS: SpecializationCache[RowPlan | None] = SpecializationCache(_forwa
 _BACKWARD_PLANS: SpecializationCache[RowPlan | None] = SpecializationCache(_backward_plan, 4096)
 _forward_lookup = _FORWARD_PLANS.lookup
 _backward_lookup = _BACKWARD_PLANS.lookup
-_MISSING = object()
 
 
 def forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan | None:
@@ -74,8 +73,8 @@ def forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan | None:
     if self.__class__ is not Tensor:
         return _forward_plan(self, dim, half_to_float)
     key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu, dim, half_to_float)
-    plan = _forward_lookup(key, _MISSING)
-    return _FORWARD_PLANS.get(key, self, dim, half_to_float) if plan is _MISSING else plan
+    plan = _forward_lookup(key, MISSING)
+    return _FORWARD_PLANS.get(key, self, dim, half_to_float) if plan is MISSING else plan
 
 
 def backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> RowPlan | None:
@@ -86,8 +85,8 @@ def backward_plan(grad_output: Tensor, output: Tensor, dim: int, input_dtype: to
         grad_output.size(), grad_output.stride(), grad_output.dtype, grad_output.is_cuda, grad_output.is_cpu,
         dim, input_dtype,
     )
-    plan = _backward_lookup(key, _MISSING)
-    return _BACKWARD_PLANS.get(key, grad_output, output, dim, input_dtype) if plan is _MISSING else plan
+    plan = _backward_lookup(key, MISSING)
+    return _BACKWARD_PLANS.get(key, grad_output, output, dim, input_dtype) if plan is MISSING else plan
 
 
 def _impl_forward_plan(self: Tensor, dim: int, half_to_float: bool) -> RowPlan:
