@@ -15,8 +15,12 @@ The baseline is a plain aten ``torch.add`` of two tiny tensors on the same devic
 same process. A third reference, *routing floor*, is an override whose cond accepts and whose impl
 returns its input: the dispatcher's entry into Python and the router, which no library code can
 avoid; *op floor* is the same per op (an override of that very op whose cond accepts and whose
-impl returns precomputed outputs): the dispatcher's boxed entry for the op's own schema. Figures
-are medians of single timed calls (clock cost subtracted), with the tenth percentile next to them.
+impl returns precomputed outputs): the dispatcher's boxed entry for the op's own schema; *Python
+floor* adds fresh outputs to it (the impl returns ``torch.empty_like`` of each of aten's outputs,
+the cheapest allocation Python has): the least any override written in Python pays for a hit on
+that op, before its cond and kernel; *beyond it* is the GPU path (the stubbed figure where the
+path is not simulated) less the Python floor. Figures are medians of single timed calls (clock cost
+subtracted), with the tenth percentile next to them.
 """
 
 from __future__ import annotations
@@ -128,20 +132,34 @@ def _routing_floor(key: str, device: str, number: int, repeat: int) -> tuple[flo
         handle.remove()
 
 
-def _op_floor(op: str, fn: Callable[[], object], key: str, number: int, repeat: int) -> float:
-    """Median us of ``fn`` routed to an override of ``op`` whose cond accepts and whose impl returns
-    aten's outputs, computed beforehand: the dispatcher's boxed entry into Python and the router for
-    this op's schema (list, optional and scalar arguments cost more to box than two tensors), with
-    no work of the library's in it. Triton's own override is switched off meanwhile."""
+def _op_floors(op: str, fn: Callable[[], object], key: str, number: int, repeat: int) -> tuple[float, float]:
+    """Median us of ``fn`` routed to an override of ``op`` whose cond accepts and whose impl
+    returns (1) aten's outputs, computed beforehand: the dispatcher's boxed entry into Python and
+    the router for this op's schema (list, optional and scalar arguments cost more to box than two
+    tensors), with no work of the library's in it; (2) a fresh ``torch.empty_like`` of each of
+    them: that entry plus the outputs a hit must allocate. Triton's own override is switched off
+    meanwhile."""
+    import torch
+
     import python_native as pn
 
+    empty_like = torch.empty_like
     with pn.triton.disabled():
         outputs = fn()
-        handle = pn.register_op_override("launchbench", "aten", op, key, lambda *a, **k: True, lambda *a, **k: outputs)
-        try:
-            return timed_us(fn, number, repeat)[0]
-        finally:
-            handle.remove()
+        if isinstance(outputs, torch.Tensor):
+            def fresh(*args: object, **kwargs: object) -> object:
+                return empty_like(outputs)
+        else:
+            def fresh(*args: object, **kwargs: object) -> object:
+                return tuple(map(empty_like, outputs))
+        floors = []
+        for impl in (lambda *a, **k: outputs, fresh):
+            handle = pn.register_op_override("launchbench", "aten", op, key, lambda *a, **k: True, impl)
+            try:
+                floors.append(timed_us(fn, number, repeat)[0])
+            finally:
+                handle.remove()
+    return floors[0], floors[1]
 
 
 def main(argv: list[str]) -> int:
@@ -170,7 +188,8 @@ def main(argv: list[str]) -> int:
             print(f"{op:30} not installed at this key")
     stubbed = _timed_fired(cases, stubbed_launches, args)
     simulated = _timed_fired(cases, simulated_device, args) if device == "cpu" else {}
-    print(f"{'':30} {'stubbed':>8} {'':8}   {'x add':>6}   {'GPU path':>8}   {'x add':>6}   {'op floor':>8}   beyond it")
+    print(f"{'':30} {'stubbed':>8} {'':8}   {'x add':>6}   {'GPU path':>8}   {'x add':>6}   {'op floor':>8}"
+          f"   {'Py floor':>8}   {'x add':>6}   beyond it")
     ratios = []
     # The per-op floors register and remove overrides: measured after every figure above.
     for op, fn in cases.items():
@@ -182,9 +201,10 @@ def main(argv: list[str]) -> int:
         full = simulated.get(op, (med, best))[0]
         ratios.append(full / base)
         label = f"{op} *" if op in VIA_TORCH_OPS else op
-        op_floor = _op_floor(op, fn, backend.dispatch_key(), args.number, args.repeat)
+        op_floor, py_floor = _op_floors(op, fn, backend.dispatch_key(), args.number, args.repeat)
         gpu = f"{full:8.2f}   {full / base:6.2f}" if op in simulated else f"{'-':>8}   {'-':>6}"
-        print(f"{label:30} {med:8.2f} ({best:6.2f})   {med / base:6.2f}   {gpu}   {op_floor:8.2f}   {full - op_floor:6.2f}")
+        print(f"{label:30} {med:8.2f} ({best:6.2f})   {med / base:6.2f}   {gpu}   {op_floor:8.2f}"
+              f"   {py_floor:8.2f}   {py_floor / base:6.2f}   {full - py_floor:6.2f}")
     if ratios:
         which = "GPU path" if simulated else "stubbed"
         print(f"median over overrides ({which}): {statistics.median(ratios):.2f}x aten add; "

@@ -170,6 +170,26 @@ def test_prebound_path_steps_aside_for_hooks(gpu_like):
     assert len(kernel.normal) == 2 and not kernel.compiled.calls
 
 
+@pytest.mark.parametrize(
+    "idle, installed",
+    [(None, lambda *a: None), (types.SimpleNamespace(calls=[]), types.SimpleNamespace(calls=[lambda *a: None]))],
+    ids=["triton-3.6-style", "hook-chain"],
+)
+@pytest.mark.parametrize("which", ["launch_enter_hook", "launch_exit_hook"])
+def test_planned_launch_steps_aside_for_launch_hooks(gpu_like, idle, installed, which):
+    kernel = _FakeKernel()
+    launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
+    runtime = types.SimpleNamespace(launch_enter_hook=idle, launch_exit_hook=idle)
+    launcher._runtime_knobs = runtime
+    x = torch.empty(64)
+    for _ in range(3):  # bind, then two direct launches
+        launcher.planned("p", (1,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 1 and len(kernel.compiled.calls) == 2
+    setattr(runtime, which, installed)  # a profiler hooks in: every launch must reach Triton's path
+    launcher.planned("p", (1,), (x, 64), 4, True, 128)
+    assert len(kernel.normal) == 2 and len(kernel.compiled.calls) == 2
+
+
 def test_launcher_rejecting_the_call_disables_the_prebound_path(gpu_like):
     kernel = _FakeKernel()
     launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))

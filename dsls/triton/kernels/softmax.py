@@ -136,35 +136,32 @@ _BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 def run_forward(x: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
     """(Log-)softmax of each row of ``x`` along a plan from ``ops.softmax`` (layout work done once
     per key): a contiguous tensor of the plan's output dtype shaped like ``x``."""
-    if plan.looped:
-        return _long_rows().forward(x, plan.rows, plan.out_dtype, log).view(x.shape)
-    if plan.fresh_like:
+    rows, _, out_dtype, fresh_like, looped, grid, num_warps, block_m, block_n, serial = plan
+    if looped:
+        return _long_rows().forward(x, rows, out_dtype, log).view(x.shape)
+    if fresh_like:
         y = torch.empty_like(x)
     else:
-        y = torch.empty_like(x, dtype=plan.out_dtype, memory_format=torch.contiguous_format)
-    rows = plan.rows
-    _FWD.planned(
-        plan.serial + log, plan.grid, (x, y, rows.n_rows, rows.n_cols, rows.row_stride, rows.col_stride),
-        plan.num_warps, log, plan.block_m, plan.block_n,
-    )
+        y = torch.empty_like(x, dtype=out_dtype, memory_format=torch.contiguous_format)
+    _FWD.planned(serial + log, grid, (x, y, *rows), num_warps, log, block_m, block_n)
     return y
 
 
 def run_backward(dy: torch.Tensor, y: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
     """Input gradient of (log-)softmax from its output ``y``, along a plan from ``ops.softmax``:
     a contiguous tensor shaped like ``y``."""
-    if plan.looped:
-        return _long_rows().backward(dy, plan.grad_rows, y, plan.rows, plan.out_dtype, log).view(y.shape)
-    if plan.fresh_like:
+    rows, grad_rows, out_dtype, fresh_like, looped, grid, num_warps, block_m, block_n, serial = plan
+    if looped:
+        return _long_rows().backward(dy, grad_rows, y, rows, out_dtype, log).view(y.shape)
+    if fresh_like:
         dx = torch.empty_like(y)
     else:
-        dx = torch.empty_like(y, dtype=plan.out_dtype, memory_format=torch.contiguous_format)
-    rows, grad_rows = plan.rows, plan.grad_rows
+        dx = torch.empty_like(y, dtype=out_dtype, memory_format=torch.contiguous_format)
+    n_rows, n_cols, row_stride, col_stride = rows
     _BWD.planned(
-        plan.serial + log, plan.grid,
-        (dy, y, dx, rows.n_rows, rows.n_cols, grad_rows.row_stride, grad_rows.col_stride, rows.row_stride,
-         rows.col_stride),
-        plan.num_warps, log, plan.block_m, plan.block_n,
+        serial + log, grid,
+        (dy, y, dx, n_rows, n_cols, grad_rows.row_stride, grad_rows.col_stride, row_stride, col_stride),
+        num_warps, log, block_m, block_n,
     )
     return dx
 
