@@ -246,8 +246,8 @@ class Launcher:
         alignment: the tensors' dtypes, every int argument, ``num_warps`` and the constexprs (a
         row kernel's rows, dtypes and flags, say). Once a plan has launched, a call is one dict
         read, the device and hook checks, the alignment of the tensor arguments (fresh outputs
-        excepted), and the compiled launcher. Anything off that path (stubs, the interpreter, another device, a misaligned
-        pointer, hooks) goes through ``__call__``.
+        excepted), and the compiled launcher. Anything off that path (stubs, the interpreter,
+        another device, a misaligned pointer, hooks) goes through ``__call__``.
         """
         entry = self._planned.get(plan)
         if entry is not None and _launch_stub is None:

@@ -185,12 +185,6 @@ def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = 
     return _NORM_PLANS.get(key, x, shape, max_cols) if plan is MISSING else plan
 
 
-def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> Rows | None:
-    """Rows of ``x`` for the norm kernels (see ``norm_plan``), else None."""
-    plan = norm_plan(x, normalized_shape, max_cols)
-    return None if plan is None else plan.rows
-
-
 def stats_ok(stat: torch.Tensor, x: torch.Tensor, n_rows: int) -> bool:
     """Saved per-row statistics the backward kernels can read as a flat vector."""
     return stat.numel() == n_rows and stat.dtype in (x.dtype, torch.float32) and stat.is_contiguous()
@@ -201,14 +195,15 @@ def stat_shape(t: torch.Tensor, axis: int) -> list[int]:
     return [*t.shape[:axis], *([1] * (t.ndim - axis))]
 
 
-def param_ok(p: torch.Tensor | None, size: torch.Size, dtype: torch.dtype) -> bool:
-    """``is_param`` against a plan's ``param_size``: a ``torch.Size`` compares without copies."""
+def param_ok(p: torch.Tensor | None, size: tuple[int, ...], dtype: torch.dtype) -> bool:
+    """An optional affine parameter: absent, or contiguous with shape ``size`` and ``dtype``.
+    ``size`` is a tuple (a plan's ``param_size``), which a tensor's shape compares to without copies."""
     return p is None or (p.dtype == dtype and p.shape == size and p.is_contiguous())
 
 
 def is_param(p: torch.Tensor | None, shape: Sequence[int], dtype: torch.dtype) -> bool:
-    """An optional affine parameter: absent, or contiguous with the expected shape and dtype."""
-    return p is None or (p.dtype == dtype and tuple(p.shape) == tuple(shape) and p.is_contiguous())
+    """``param_ok`` for a shape given as any sequence (``normalized_shape`` may be a list)."""
+    return param_ok(p, tuple(shape), dtype)
 
 
 def row_fits(r: Rows | None) -> bool:

@@ -13,7 +13,7 @@ from python_native.speckey import MISSING, SpecializationCache
 
 from . import OverrideSpec
 from ._layout import MAX_INDEX, float_dtype, on_backend
-from ._tiles import next_power_of_2
+from ._tiles import cdiv, next_power_of_2
 
 Tensor = torch.Tensor
 
@@ -53,7 +53,7 @@ def plan_outer(self: Tensor, mat2: Tensor) -> OuterPlan:
     batch, m, n = self.shape[0], self.shape[1], mat2.shape[2]
     block_n = min(256, next_power_of_2(n))
     block_m = min(next_power_of_2(m), max(1, _TILE // block_n))
-    tiles_m, tiles_n = -(-m // block_m), -(-n // block_n)
+    tiles_m, tiles_n = cdiv(m, block_m), cdiv(n, block_n)
     ints = (m, n, self.stride(0), self.stride(1), mat2.stride(0), mat2.stride(2), tiles_m, tiles_n)
     warps = 8 if block_m * block_n >= 4096 else 4
     return OuterPlan((batch, m, n), (batch * tiles_m * tiles_n,), ints, warps, block_m, block_n, next(_serials))
