@@ -24,10 +24,12 @@ from collections.abc import Iterable
 
 import torch
 
-from python_native import _module, dsl_registry, speckey
+# Features plug into the dispatch core when imported: all of them, before any override registers.
+from python_native import _module, calibration, checked, compiled, dsl_registry, native_bridge, snapshot, speckey  # noqa: F401
 from python_native.checked import OverrideMismatch
 from python_native.controller import DSLController, Scope, dispatch_key_names, dsl_name, op_names
-from python_native.registry import REGISTRY, Cond, Impl, OrderFn, OverrideHandle
+from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
+from python_native.core.registry import REGISTRY
 from python_native.tracing import Trace, TraceEvent
 
 __version__ = "0.1.0"
@@ -200,29 +202,23 @@ def trace() -> Trace:
 
 def compile_mode_set(mode: str):
     """Context manager: ``pn.compile_mode`` is ``mode`` inside the block (``"bypass"`` or ``"keep"``)."""
-    from python_native import compiled as compile_mode
-
-    return compile_mode.mode_set(mode)
+    return compiled.mode_set(mode)
 
 
 def decomposition_table(base=None):
     """For ``ExportedProgram.run_decompositions``: ``base`` (default: torch's export table) with
     every overridden aten op mapped to its opaque ``python_native`` op."""
-    from python_native import compiled as compile_mode
-
-    return compile_mode.decomposition_table(base)
+    return compiled.decomposition_table(base)
 
 
 def status() -> dict:
     """Everything the status report shows, as plain data."""
-    from python_native import report
-
-    return report.collect()
+    return snapshot.collect()
 
 
 _module.mount(sys.modules[__name__])
 
-from python_native import _bootstrap  # noqa: E402  (needs the API above)
+from python_native import _bootstrap  # noqa: E402  (backends use the API above)
 
 _bootstrap.load_builtin_dsls()
 

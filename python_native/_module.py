@@ -11,6 +11,9 @@ import sys
 import types
 from functools import cache
 
+from python_native import compiled, dsl_registry
+from python_native.controller import DSLController
+
 PUBLIC_API = (
     "all_dsls", "available_dsls", "get_dsl_operations", "register_dsl", "register_op_override",
     "disable_operations", "enable_operations", "operations_disabled",
@@ -24,9 +27,7 @@ RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 
 
 @cache
-def controller(name: str):
-    from python_native.controller import DSLController
-
+def controller(name: str) -> DSLController:
     return DSLController(name)
 
 
@@ -35,34 +36,24 @@ class PythonNativeModule(types.ModuleType):
 
     @property
     def all_dsls(self) -> list[str]:
-        from python_native import dsl_registry
-
         return dsl_registry.names()
 
     @property
     def available_dsls(self) -> list[str]:
-        from python_native import dsl_registry
-
         return [name for name in dsl_registry.names() if dsl_registry.available(name)]
 
     @property
     def compile_mode(self) -> str:
         """How overrides meet torch.compile: "bypass" (default) or "keep" (see docs/compile.md)."""
-        from python_native import compiled as compile_mode
-
-        return compile_mode.get()
+        return compiled.get()
 
     @compile_mode.setter
     def compile_mode(self, mode: str) -> None:
-        from python_native import compiled as compile_mode
-
-        compile_mode.set_mode(mode)
+        compiled.set_mode(mode)
 
     def __getattr__(self, name: str):
         # Dunders are looked up during imports (inspect, pickling): never resolve them as DSLs.
         if not (name.startswith("__") and name.endswith("__")):
-            from python_native import dsl_registry
-
             if dsl_registry.is_known(name):
                 return controller(name)
         raise AttributeError(
@@ -81,6 +72,7 @@ class PythonNativeModule(types.ModuleType):
 
 def mount(module: types.ModuleType) -> None:
     """Make ``module`` (python_native itself) the object at ``torch.backends.python_native``."""
+    dsl_registry.reserve_names(RESERVED_NAMES)
     module.__class__ = PythonNativeModule
     sys.modules["torch.backends.python_native"] = module
     backends = sys.modules.get("torch.backends")

@@ -516,7 +516,7 @@ def _aten_only() -> Any:
 def calibrated_dsls(ops: Sequence[str] | None = None) -> dict[str, list[str]]:
     """Per aten op symbol with a calibration builder: the installed, available DSLs overriding it (in slot order)."""
     from python_native import dsl_registry
-    from python_native.registry import REGISTRY
+    from python_native.core.registry import REGISTRY
 
     builders = _calibration_args()
     out: dict[str, list[str]] = {}
@@ -536,7 +536,7 @@ def _only(dsl: str, others: Sequence[str]) -> Iterator[None]:
     """``dsl`` alone routes calls inside: the others are held off, and ``dsl`` is switched on even where
     it was disabled explicitly (the CuTe DSL installs disabled); its explicit disable is restored after."""
     from python_native import controller
-    from python_native.registry import REGISTRY
+    from python_native.core.registry import REGISTRY
 
     was_disabled = dsl in REGISTRY.switches.dsl.explicit
     if was_disabled:

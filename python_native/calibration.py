@@ -32,7 +32,14 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from python_native import env, nvml
+from python_native.core import extensions
+from python_native.core.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from python_native.core.handles import OverrideHandle
 
 ENV_VAR = "PYTHON_NATIVE_CALIBRATION"
 DEFAULT_DSL = "triton"  # the DSL of rows that name none
@@ -89,8 +96,6 @@ def gates_needed(dispatch_key: str) -> bool:
         return table_filename("cpu") in names
     if dispatch_key != "CUDA":
         return True
-    from python_native import nvml
-
     keys = nvml.device_keys()
     return keys is None or any(table_filename(key) in names for key in keys)
 
@@ -342,8 +347,6 @@ def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
         return all(_loses_everywhere(per_key, op, dsl) for per_key in tables.values())
     if not any(_loses_everywhere(per_key, op, dsl) for per_key in tables.values()):
         return False  # no table would drop it: NVML need not be asked
-    from python_native import nvml
-
     keys = nvml.device_keys()
     if keys is None or len(keys) != 1:
         return False
@@ -385,11 +388,9 @@ def gated(op: str, cond: Callable[..., Any], dsl: str = DEFAULT_DSL) -> Callable
     """
     import torch
 
-    from python_native.registry import REGISTRY
-
     tensor_type = torch.Tensor
     dsl_off = REGISTRY.switches.dsl.off  # the live set the switches keep up to date
-    unroutable = REGISTRY._unroutable_dsls
+    unroutable = REGISTRY.unroutable_dsls
     rivals = _gated_conds.setdefault(op, {})
     rivals[dsl] = getattr(cond, "__wrapped__", cond)
     resolved: dict[Any, dict[int, Any]] = {}  # dtype -> device index (-1: CPU) -> verdicts
@@ -438,6 +439,33 @@ def forget_gate(op: str, dsl: str) -> None:
     _gated_conds.get(op, {}).pop(dsl, None)
 
 
+def gate_override(handle: OverrideHandle, cond: Callable[..., Any]) -> Callable[..., Any]:
+    """The dispatch core's cond wrapper: ``cond`` gated where a table in force could apply to the
+    override's key (see ``gates_needed``), ``cond`` itself elsewhere (it then costs nothing).
+
+    Derived in-place/``out=`` variants are gated by their functional op's rows. A cond gated
+    already (``gated`` called by hand) is left as it is.
+    """
+    if is_gated(cond) or not gates_needed(handle.dispatch_key):
+        return cond
+    return gated(handle.functional.op, cond, handle.dsl)
+
+
+def is_gated(cond: Any) -> bool:
+    """Whether ``cond`` is a calibration gate."""
+    return hasattr(cond, "calibrated_dsl")
+
+
+def _forget_removed(handle: OverrideHandle) -> None:
+    """The core's removal listener: a removed override's gate is no rival any more."""
+    if is_gated(handle.routed_cond):
+        forget_gate(handle.routed_cond.calibrated_op, handle.routed_cond.calibrated_dsl)
+
+
+extensions.wrap_conds(gate_override)
+extensions.on_override_removed(_forget_removed)
+
+
 def gated_dsls(op: str) -> list[str]:
     """The DSLs whose overrides of ``op`` carry a calibrated gate (for the status report)."""
     return sorted(_gated_conds.get(op, {}))
@@ -477,8 +505,6 @@ def describe() -> dict[str, Any]:
 
 def _running_device_key() -> str | None:
     """This process's device key where knowing it costs nothing (no CUDA initialisation)."""
-    from python_native import env
-
     if env.triton_interpret():
         return device_key("cpu")
     import torch

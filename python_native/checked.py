@@ -7,7 +7,7 @@ and derived in-place/``out=`` variants are judged by the functional result their
 writes), and the two results must agree in dtype, shape, contiguity where aten's is contiguous,
 and values within a per-dtype tolerance. A disagreement raises ``OverrideMismatch`` naming the
 override and the difference. When the switch is off the router binds the plain impl: nothing
-here runs and nothing is paid.
+here runs and nothing is paid. The wrapper plugs into the dispatch core as an impl wrapper.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import torch
 
 from python_native import env, scalars
 from python_native.codegen import PLAN_KEYWORD
+from python_native.core import extensions
 
 if TYPE_CHECKING:
-    from python_native.registry import OverrideHandle
+    from python_native.core.handles import OverrideHandle
 
 # (rtol, atol) per dtype: torch.testing's defaults, widened where a kernel with a different
 # accumulation order legitimately differs from aten's in the last bits.
@@ -44,18 +45,16 @@ class OverrideMismatch(AssertionError):
 _state = threading.local()  # `busy`: a check is running on this thread (its own ops are not checked)
 
 
-def impl_for(handle: OverrideHandle) -> Callable[..., Any]:
-    """What the router calls for ``handle``: the impl itself, or its checking wrapper in checked mode."""
+def impl_for(handle: OverrideHandle, impl: Callable[..., Any]) -> Callable[..., Any]:
+    """What the router calls for ``handle``: ``impl`` itself, or its checking wrapper in checked mode."""
     if not env.check_overrides():
-        return handle.impl
-    return checking(handle)
+        return impl
+    return checking(handle, impl)
 
 
-def checking(handle: OverrideHandle) -> Callable[..., Any]:
-    """Wrap ``handle.impl`` so that each call is compared with the functional op's captured kernel."""
-    impl = handle.impl
-    functional = handle.derived_from if handle.derived_from is not None else handle
-    slot = functional._slot
+def checking(handle: OverrideHandle, impl: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``impl`` so that each call is compared with the functional op's captured kernel."""
+    slot = handle.functional.slot
     reference = slot.namespace["_pn_fallback"]
     keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, handle.dispatch_key))
     coercible = [p.tensor and not p.is_out for p in slot.sig.positional]
@@ -135,3 +134,6 @@ def _describe(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)} ({', '.join(_describe(v) for v in value)})"
     return "None" if value is None else f"{type(value).__name__} {value!r}"
+
+
+extensions.wrap_impls(impl_for)

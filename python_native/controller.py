@@ -12,13 +12,8 @@ from typing import Any, TypeVar
 import torch
 
 from python_native import dsl_registry, schema
-from python_native.registry import (
-    _NON_BACKEND_PREFIXES,
-    NON_BACKEND_KEYS,
-    REGISTRY,
-    _check_dispatch_key,
-    is_functionality_key,
-)
+from python_native.core.registry import REGISTRY
+from python_native.dispatch_keys import check_switchable_keys
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -124,29 +119,6 @@ def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
-@functools.cache
-def accepted_dispatch_keys() -> frozenset[str]:
-    """Keys an override can sit at (the registry's backend-key rule), hence the only ones worth switching."""
-    accepted = []
-    for key in torch._C.DispatchKey.__members__:
-        try:
-            _check_dispatch_key(key)
-        except ValueError:
-            continue
-        accepted.append(key)
-    return frozenset(accepted)
-
-
-def _accepted_summary() -> str:
-    kinds = tuple(k for k in torch._C.DispatchKey.__members__ if is_functionality_key(k) and k != "Dense")
-    accepted = accepted_dispatch_keys()
-    dense = [k for k in torch._C.DispatchKey.__members__ if k in accepted and not k.startswith(kinds)]
-    return (
-        f"{', '.join(dense)}, and their {'/'.join(k for k in kinds if not k.startswith(_NON_BACKEND_PREFIXES))} "
-        "forms (e.g. SparseCUDA)"
-    )
-
-
 _keys_checked: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
 
@@ -156,36 +128,10 @@ def dispatch_key_names(values: tuple[Any, ...]) -> tuple[str, ...]:
         return _keys_checked[values]
     except (KeyError, TypeError):
         pass
-    names = _check_dispatch_keys(values)
+    names = check_switchable_keys(values)
     if len(_keys_checked) < 1024:
         _keys_checked[values] = names
     return names
-
-
-def _check_dispatch_keys(values: Iterable[Any]) -> tuple[str, ...]:
-    names = []
-    members = torch._C.DispatchKey.__members__
-    for value in values:
-        if isinstance(value, torch._C.DispatchKey):
-            value = value.name
-        if not isinstance(value, str):
-            raise TypeError(f"dispatch keys must be str, got {type(value).__name__}: {value!r}")
-        if value not in members:
-            close = [k for k in members if k.lower() == value.lower()]
-            close = close or difflib.get_close_matches(value, list(members), n=3)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ValueError(f"{value!r} is not a dispatch key{hint}")
-        if value not in accepted_dispatch_keys():
-            why = (
-                "a functionality shared by many backends"
-                if is_functionality_key(value)
-                else "not a backend key" if value not in NON_BACKEND_KEYS else "a key overrides are never installed at"
-            )
-            raise ValueError(
-                f"dispatch key {value!r} is {why}, so no override can fire there; accepted keys: {_accepted_summary()}"
-            )
-        names.append(value)
-    return tuple(names)
 
 
 def dsl_name(value: Any) -> str:

@@ -28,8 +28,14 @@ class DSLModule(Protocol):
 
 
 _dsls: dict[str, Any] = {}
+_reserved: set[str] = set()  # names the panel uses itself (``pn.status``...): never a DSL's
 _lock = threading.RLock()
 _entry_points_loaded = False
+
+
+def reserve_names(names: set[str] | frozenset[str]) -> None:
+    """Refuse these names to DSLs: they are attributes of the panel (``pn.<name>``)."""
+    _reserved.update(names)
 
 
 def _check_module(name: str, module: Any) -> None:
@@ -45,9 +51,7 @@ def _check_module(name: str, module: Any) -> None:
 def register_dsl(name: str, module: Any) -> None:
     """Make ``name`` a DSL (``pn.<name>``); registering the same module again is a no-op."""
     _check_module(name, module)
-    from python_native import _module
-
-    if name in _module.RESERVED_NAMES:
+    if name in _reserved:
         raise ValueError(f"DSL name {name!r} clashes with python_native's own attribute pn.{name}")
     with _lock:
         current = _dsls.get(name)

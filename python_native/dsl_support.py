@@ -10,7 +10,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native import env
+from python_native import calibration, env
+from python_native.core.registry import REGISTRY
 
 
 def installed_version(distribution: str) -> Version | None:
@@ -50,25 +51,19 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``).
 
-    Where a calibration table could apply to this machine, each cond is gated by it (declining where
-    this DSL loses to aten, or where another DSL on the op is calibrated faster and would serve the
-    call) and ops slower than aten on this machine's calibrated device are left out; elsewhere each
-    cond is bound as is, at no cost. One op that cannot be installed here never costs the others.
+    Ops slower than aten on this machine's calibrated device are left out (a calibration table
+    gates the conds of the rest where it could apply: see ``calibration.gate_override``). One op
+    that cannot be installed here never costs the others.
     """
-    from python_native import calibration, register_op_override
-
     log = logging.getLogger("python_native")
     calibrated = calibration.gates_needed(dispatch_key)
     handles = []
     for spec in specs:
-        cond = spec.cond
-        if calibrated:
-            if calibration.never_wins(spec.op, dsl):
-                log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
-                continue
-            cond = calibration.gated(spec.op, cond, dsl)
+        if calibrated and calibration.never_wins(spec.op, dsl):
+            log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
+            continue
         try:
-            handles.append(register_op_override(dsl, "aten", spec.op, dispatch_key, cond, spec.impl, **spec.options))
+            handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
         except Exception:
             log.exception("python_native: %s override of %s not installed", dsl, spec.op)
     return handles

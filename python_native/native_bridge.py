@@ -27,6 +27,9 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from python_native import dsl_registry
+from python_native.core.registry import REGISTRY
+
 log = logging.getLogger("python_native")
 
 ORIGIN = "torch._native"
@@ -125,8 +128,6 @@ def _sync_graph(op_symbol: str, dispatch_key: str, graph: list, *, filter_state:
     Stands in for torch's ``_register_overrides_from_graph``: same arguments, but instead of
     installing a second router it adds and removes overrides in python-native's registry.
     """
-    import python_native as pn
-
     with _lock:
         wanted = [n for n in graph if filter_state is None or filter_state.check_enabled(n)]
         current = _adopted.get((op_symbol, dispatch_key), [])
@@ -142,7 +143,7 @@ def _sync_graph(op_symbol: str, dispatch_key: str, graph: list, *, filter_state:
         for node in wanted:
             if id(node) in have:
                 continue
-            handle = _adopt(pn, node)
+            handle = _adopt(node)
             if handle is not None:
                 kept.append((node, handle))
         order = {id(n): i for i, n in enumerate(graph)}
@@ -153,11 +154,11 @@ def _sync_graph(op_symbol: str, dispatch_key: str, graph: list, *, filter_state:
             _adopted.pop((op_symbol, dispatch_key), None)
 
 
-def _adopt(pn: Any, node: Any) -> Any:
+def _adopt(node: Any) -> Any:
     """Register one of torch's nodes with us; on refusal, torch routes that op itself again."""
-    _ensure_dsl(pn, node.dsl_name)
+    _ensure_dsl(node.dsl_name)
     try:
-        return pn.register_op_override(
+        return REGISTRY.register(
             node.dsl_name, "aten", node.op_symbol, node.dispatch_key,
             None if node.unconditional_override else node.cond_fn, node.impl_fn,
             unconditional_override=node.unconditional_override,
@@ -172,10 +173,8 @@ def _adopt(pn: Any, node: Any) -> Any:
         return None
 
 
-def _ensure_dsl(pn: Any, name: str) -> None:
+def _ensure_dsl(name: str) -> None:
     """Make torch's DSL name known to ours (its module from torch's DSL registry when it has one)."""
-    from python_native import dsl_registry
-
     if dsl_registry.is_known(name):
         return
     module = None
@@ -187,7 +186,7 @@ def _ensure_dsl(pn: Any, name: str) -> None:
         pass
     if module is None:
         module = types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: None)
-    pn.register_dsl(name, module)
+    dsl_registry.register_dsl(name, module)
 
 
 def origin_of(handle: Any) -> str | None:

@@ -9,7 +9,7 @@ import torch
 from packaging.version import Version
 
 import python_native as pn
-from python_native.registry import REGISTRY
+from python_native.core.registry import REGISTRY
 
 TEST_DSL = "testdsl"
 

@@ -7,7 +7,7 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
-from python_native.registry import REGISTRY
+from python_native.core.registry import REGISTRY
 
 
 def register(*args, **kwargs):
@@ -72,14 +72,14 @@ def test_failing_registration_leaves_everything_as_it_was(overrides):
     def broken_order(op, key, found):
         raise RuntimeError("ordering failed")
 
-    REGISTRY._order_fn, REGISTRY._order_fn_loaded = broken_order, True
+    previous = REGISTRY.ordering.swap(broken_order)
     try:
         with pytest.raises(RuntimeError, match="ordering failed"):
             pn.register_op_override(TEST_DSL, "aten", "sub.Tensor", "CPU", always, lambda *a, **k: None)
         with pytest.raises(RuntimeError, match="ordering failed"):
             pn.register_op_override(TEST_DSL, "aten", "div.Tensor", "CPU", always, lambda *a, **k: None)
     finally:
-        REGISTRY._order_fn, REGISTRY._order_fn_loaded = None, True
+        REGISTRY.ordering.restore(previous)
     assert list(pn.overrides()) == before and first.active
     assert pn.router_source("sub.Tensor", "CPU") == before_source
     with pytest.raises(KeyError):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 # isort: split
 import python_native_dsls.triton as backend
 from python_native import calibration
+from python_native.core import extensions
+from python_native.core.registry import REGISTRY
 
 FAKE_DEVICE = "Fake GPU 80GB/sm99"
 
@@ -289,9 +292,12 @@ def test_register_overrides_binds_plain_conds_without_tables_and_gates_with_one(
     recorded: dict[str, object] = {}
 
     def record(dsl, namespace, op, key, cond, impl, **options):
-        recorded[op] = cond
+        # The cond as the dispatch core would route it: through every feature's wrapper.
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl)
+        handle.functional = handle
+        recorded[op] = extensions.routed_pieces(handle)[0]
 
-    monkeypatch.setattr(pn, "register_op_override", record)
+    monkeypatch.setattr(REGISTRY, "register", record)
     from python_native_dsls.triton.ops import all_overrides
 
     plain = {spec.op: spec.cond for spec in all_overrides()}

@@ -13,7 +13,7 @@ import torch
 import python_native as pn
 from conftest import always, marked_sub
 from python_native.checked import OverrideMismatch
-from python_native.registry import REGISTRY
+from python_native.core.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 

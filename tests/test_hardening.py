@@ -11,8 +11,8 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
-from python_native import registry
-from python_native.registry import REGISTRY
+from python_native.core import routers
+from python_native.core.registry import REGISTRY
 
 
 def _register(op: str, cond, impl, **kwargs):
@@ -43,7 +43,7 @@ def test_removed_override_is_unreachable_and_dispatcher_restored():
     gc.collect()
     assert alive() is None
     assert torch._C._dispatch_dump("aten::sub.Tensor") == before
-    assert ("aten", "sub.Tensor", "CPU") not in REGISTRY._slots
+    assert ("aten", "sub.Tensor", "CPU") not in REGISTRY.slots
     with pytest.raises(KeyError):
         pn.router_source("sub.Tensor", "CPU")
     # A later registration installs the slot again and routes.
@@ -58,7 +58,7 @@ def test_removed_override_is_unreachable_and_dispatcher_restored():
 def test_register_remove_cycles_do_not_grow_the_router_namespace():
     keeper = _register("sub.Tensor", never, marked_sub)
     try:
-        slot = REGISTRY._slots[("aten", "sub.Tensor", "CPU")]
+        slot = REGISTRY.slots[("aten", "sub.Tensor", "CPU")]
         x = torch.arange(3.0)
         sizes = []
         for _ in range(3):
@@ -72,9 +72,9 @@ def test_register_remove_cycles_do_not_grow_the_router_namespace():
         # Besides the keeper, only tombstones of the latest removals remain, holding nothing of theirs.
         conds = {int(name.rsplit("_", 1)[1]): fn for name, fn in slot.namespace.items() if name.startswith("_pn_cond_")}
         assert conds.pop(keeper.uid) is never
-        assert len(conds) <= registry.TOMBSTONES_KEPT and all(fn is registry._declined for fn in conds.values())
+        assert len(conds) <= routers.TOMBSTONES_KEPT and all(fn is routers.declined for fn in conds.values())
         impls = [fn for name, fn in slot.namespace.items() if name.startswith("_pn_impl_") and fn is not marked_sub]
-        assert all(fn.func is registry._call_again for fn in impls)
+        assert all(fn.func is routers.call_again for fn in impls)
         assert all(set(k[0]) <= {keeper.uid} for k in slot.codes)
     finally:
         keeper.remove()
@@ -109,7 +109,7 @@ def test_composite_op_without_backend_kernel_is_refused_and_left_intact(op):
     with pytest.raises(ValueError, match=rf"CompositeImplicitAutograd.*AutogradCPU.*decomposes into \(.*{piece}"):
         _register(op, never, marked_sub)
     assert (torch._C._dispatch_dump(f"aten::{op}"), torch._C._dispatch_dump_table(f"aten::{op}")) == before
-    assert ("aten", op, "CPU") not in REGISTRY._slots
+    assert ("aten", op, "CPU") not in REGISTRY.slots
     x = torch.randn(4, 4, requires_grad=True)
     call(x).sum().backward()
     assert x.grad is not None
@@ -195,11 +195,11 @@ import torch
 from packaging.version import Version
 import python_native as pn
 from python_native import _bootstrap, dsl_registry, scalars, speckey
-from python_native.registry import REGISTRY
+from python_native.core.registry import REGISTRY
 
 pn.register_dsl("forkdsl", types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: Version("1")))
 cache = speckey.SpecializationCache(lambda: 1)
-locks = [REGISTRY._lock, REGISTRY.traces._lock, cache._lock, dsl_registry._lock, _bootstrap._lock, scalars._lock]
+locks = [REGISTRY.lock, REGISTRY.traces._lock, cache._lock, dsl_registry._lock, _bootstrap._lock, scalars._lock]
 held, done = threading.Event(), threading.Event()
 
 def hold():

@@ -10,7 +10,7 @@ import torch
 import python_native as pn
 from conftest import marked_sub
 from python_native import calibration
-from python_native.registry import REGISTRY
+from python_native.core.registry import REGISTRY
 
 
 class Plan:

@@ -11,7 +11,8 @@ from packaging.version import Version
 
 import python_native as pn
 from python_native import calibration, report
-from python_native.registry import REGISTRY
+from python_native.core import extensions
+from python_native.core.registry import REGISTRY
 
 FAST, SLOW = "twin_fast", "twin_slow"  # FAST is calibrated faster than SLOW where both beat aten
 MARK = {FAST: 1000.0, SLOW: 2000.0}
@@ -182,10 +183,17 @@ def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch)
     import python_native_dsls.cutedsl as cutedsl
 
     installed = []
+
+    def register(dsl, lib, op, key, cond, impl, **kw):
+        # What the dispatch core would route: the cond through every feature's wrapper.
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl)
+        handle.functional = handle
+        installed.append((dsl, op, key, extensions.routed_pieces(handle)[0]))
+        return object()
+
     monkeypatch.setattr(calibration, "gates_needed", lambda dispatch_key: True)
     monkeypatch.setattr(calibration, "never_wins", lambda op, dsl="triton": False)
-    monkeypatch.setattr(pn, "register_op_override", lambda dsl, lib, op, key, cond, impl, **kw: installed.append(
-        (dsl, op, key, cond)) or object())
+    monkeypatch.setattr(REGISTRY, "register", register)
     was_off = REGISTRY.is_off("dsl", "cutedsl")
     try:
         cutedsl.register_overrides()

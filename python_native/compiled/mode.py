@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from python_native.compiled import opaque
+from python_native.core import extensions
+from python_native.core.registry import REGISTRY
 
 MODES = ("bypass", "keep")
 
@@ -29,9 +31,7 @@ _MISSING = object()
 
 def _lock() -> Any:
     """The registry's lock: registrations call ``sync`` while holding it, so one lock order only."""
-    from python_native.registry import REGISTRY
-
-    return REGISTRY._lock
+    return REGISTRY.lock
 
 
 def check_mode(mode: Any) -> str:
@@ -86,7 +86,8 @@ def _inductor_tables() -> list[dict[Any, Any]]:
 def sync() -> None:
     """Make Inductor's decomposition tables match the mode and the registered overrides.
 
-    Called on every mode change and whenever overrides are registered or removed. Entries
+    Called on every mode change and whenever overrides are registered or removed (the dispatch
+    core tells it: see the listener below). Entries
     this module replaced are restored to Inductor's own when they leave the table.
     """
     with _lock():
@@ -129,6 +130,9 @@ def _tag_caches(ops: list[str]) -> None:
         base = base[: -len(_tag_suffix)]
     _tag_suffix = f"|python_native.keep:{','.join(ops)}" if ops else ""
     config.cache_key_tag = base + _tag_suffix
+
+
+extensions.on_overrides_changed(sync)  # "keep" follows the set of overridden ops
 
 
 def describe() -> dict[str, Any]:

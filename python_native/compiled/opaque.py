@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from python_native.core.registry import REGISTRY
+
 NAMESPACE = "python_native"
 
 _lock = threading.RLock()
@@ -22,8 +24,6 @@ _unsupported: dict[str, str] = {}  # aten qualified name -> why it cannot be mad
 
 def _overridden_aten_ops() -> list[Any]:
     """aten overloads that have at least one registered override (active or not)."""
-    from python_native.registry import REGISTRY
-
     found: dict[Any, None] = {}
     for handle in REGISTRY.overrides():
         if handle.lib != "aten":

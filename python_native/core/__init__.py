@@ -1,0 +1,8 @@
+"""The dispatch core: slots in the dispatcher, override handles, ordering and the router life cycle.
+
+It knows nothing of the features built on it. They plug in through ``extensions``: cond and impl
+wrappers applied when an override is committed (baked into the generated router, never looked
+up per call) and listeners told when the set of overrides changes. Import the rooms directly:
+``python_native.core.registry`` (the ``REGISTRY`` of the process), ``core.handles``,
+``core.extensions``, ``core.slots``, ``core.routers``, ``core.ordering``, ``core.index``.
+"""

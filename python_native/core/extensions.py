@@ -1,0 +1,84 @@
+"""Where features plug into the dispatch core, which never names them.
+
+Four extension points, each a list a feature appends to when it is imported:
+
+- *cond wrappers* ``(handle, cond) -> cond``: applied in order when an override is committed to
+  its slot (a calibration gate declines where the override loses to aten). The result is what
+  the generated router calls, so a wrapper costs nothing per call beyond what it adds itself.
+- *impl wrappers* ``(handle, impl) -> impl``: the same for impls (checked mode compares each
+  result with aten's).
+- *overrides-changed listeners* ``() -> None``: told after overrides were registered or removed,
+  under the registry's lock (compile mode keeps Inductor's tables in step with the overridden ops).
+- *removed listeners* ``(handle) -> None``: told once per removed override, under the lock
+  (calibration stops counting it as a rival).
+
+Wrappers run before the dispatcher changes, so one that raises fails that registration only.
+Listeners run after the change: one that raises is logged and never undoes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from python_native.core.handles import OverrideHandle
+
+log = logging.getLogger("python_native")
+
+CondWrapper = Callable[["OverrideHandle", Any], Any]
+ImplWrapper = Callable[["OverrideHandle", Any], Any]
+
+COND_WRAPPERS: list[CondWrapper] = []
+IMPL_WRAPPERS: list[ImplWrapper] = []
+OVERRIDES_CHANGED: list[Callable[[], None]] = []
+OVERRIDE_REMOVED: list[Callable[[OverrideHandle], None]] = []
+
+
+def _add(points: list, fn: Callable[..., Any]) -> Callable[..., Any]:
+    if not callable(fn):
+        raise TypeError(f"an extension must be callable, got {type(fn).__name__}: {fn!r}")
+    if fn not in points:  # importing a feature twice (reload) must not wrap twice
+        points.append(fn)
+    return fn
+
+
+def wrap_conds(fn: CondWrapper) -> CondWrapper:
+    """Apply ``fn(handle, cond) -> cond`` to every override committed from now on."""
+    return _add(COND_WRAPPERS, fn)
+
+
+def wrap_impls(fn: ImplWrapper) -> ImplWrapper:
+    """Apply ``fn(handle, impl) -> impl`` to every override committed from now on."""
+    return _add(IMPL_WRAPPERS, fn)
+
+
+def on_overrides_changed(fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn()`` after each registration and removal."""
+    return _add(OVERRIDES_CHANGED, fn)
+
+
+def on_override_removed(fn: Callable[[OverrideHandle], None]) -> Callable[[OverrideHandle], None]:
+    """Call ``fn(handle)`` for each override taken out."""
+    return _add(OVERRIDE_REMOVED, fn)
+
+
+def routed_pieces(handle: OverrideHandle) -> tuple[Any, Any]:
+    """``(cond, impl)`` as the router will call them: the handle's own, through every wrapper."""
+    cond, impl = handle.cond, handle.impl
+    if cond is not None:
+        for wrap in COND_WRAPPERS:
+            cond = wrap(handle, cond)
+    for wrap in IMPL_WRAPPERS:
+        impl = wrap(handle, impl)
+    return cond, impl
+
+
+def notify(listeners: list[Callable[..., None]], *args: Any) -> None:
+    """Tell each listener; one that raises is logged, the others still hear."""
+    for fn in listeners:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("python_native: listener %r raised", fn)

@@ -1,0 +1,84 @@
+"""``OverrideHandle``: one registered override, as users, ordering functions and features see it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from python_native.core.slots import Slot
+
+Cond = Callable[..., Any]
+Impl = Callable[..., Any]
+OrderFn = Callable[[str, str, list["OverrideHandle"]], list["OverrideHandle"]]
+
+
+class OverrideHandle:
+    """One registered override. ``remove()`` takes it (and variants derived from it) out.
+
+    ``cond`` and ``impl`` are what was registered; ``routed_cond`` and ``routed_impl`` what the
+    router calls after the features' wrappers (a calibration gate, checked mode) were applied.
+    """
+
+    __slots__ = (
+        "dsl", "lib", "op", "dispatch_key", "cond", "impl", "priority", "unconditional", "takes_plan",
+        "uid", "name", "op_names", "epilogue", "derived_from", "derived", "routed_cond", "routed_impl",
+        "_slot", "_registry", "_removed",
+    )
+
+    def __init__(self, **fields: Any) -> None:
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self.derived: list[OverrideHandle] = []
+        self.routed_cond = self.cond
+        self.routed_impl = self.impl
+        self._slot: Slot | None = None
+        self._removed = False
+
+    # Names torch's in-tree registry uses, so user ordering functions written for it work here.
+    @property
+    def dsl_name(self) -> str:
+        return self.dsl
+
+    @property
+    def op_symbol(self) -> str:
+        return self.op
+
+    @property
+    def cond_fn(self) -> Cond | None:
+        return self.cond
+
+    @property
+    def impl_fn(self) -> Impl:
+        return self.impl
+
+    @property
+    def unconditional_override(self) -> bool:
+        return self.unconditional
+
+    @property
+    def functional(self) -> OverrideHandle:
+        """The override this one was derived from (in-place/``out=`` variants), else itself."""
+        return self.derived_from if self.derived_from is not None else self
+
+    @property
+    def slot(self) -> Slot | None:
+        """The slot this override routes in (None once removed)."""
+        return None if self._removed else self._slot
+
+    @property
+    def removed(self) -> bool:
+        return self._removed
+
+    @property
+    def active(self) -> bool:
+        """Whether calls can reach this override now (not removed, nothing disables it)."""
+        return not self._removed and self._registry.is_active(self)
+
+    def remove(self) -> None:
+        """Take this override out of its slot; removing twice is a no-op."""
+        self._registry.remove(self)
+
+    def __repr__(self) -> str:
+        state = "removed" if self._removed else ("active" if self.active else "inactive")
+        return f"<override {self.name} {self.lib}::{self.op} @ {self.dispatch_key}, {state}>"

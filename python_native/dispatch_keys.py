@@ -1,0 +1,118 @@
+"""Which dispatch keys an override may sit at: backend keys only.
+
+Overrides sit below autograd and autocast (at ``CPU``, ``CUDA``, ``XPU``...), so those keep
+aten's formulas above them. The registry checks keys at registration; the panel checks the keys
+users switch, with the same rule, so a key that can never hold an override is refused loudly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+NON_BACKEND_KEYS = frozenset(
+    {
+        "Meta",
+        "CompositeImplicitAutograd",
+        "CompositeImplicitAutogradNestedTensor",
+        "CompositeExplicitAutograd",
+        "CompositeExplicitAutogradNonFunctional",
+    }
+)
+NON_BACKEND_PREFIXES = (
+    "Autograd", "Autocast", "Python", "Functionalize", "FuncTorch", "ADInplaceOrView",
+    "BackendSelect", "Batched", "Vmap", "Tracer", "Named", "Conjugate", "Negative", "ZeroTensor",
+    "Undefined", "PreDispatch", "Functional", "EndOf", "StartOf",
+)
+
+
+def check_str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
+    return value
+
+
+def is_functionality_key(key: str) -> bool:
+    """``Dense``, ``Sparse``, ``Quantized``...: a feature of many backends, never a kernel's own key."""
+    return key == "Dense" or f"{key}CPU" in torch._C.DispatchKey.__members__
+
+
+def check_dispatch_key(key: Any) -> str:
+    """The key's name when an override may sit there; ``ValueError`` naming the rule otherwise."""
+    if isinstance(key, torch._C.DispatchKey):
+        key = key.name
+    key = check_str(key, "dispatch_key")
+    if key in NON_BACKEND_KEYS:
+        raise ValueError(
+            f"dispatch_key={key!r} is not allowed: overrides sit at backend keys (CPU, CUDA, XPU, ...) "
+            "so that autograd and autocast keep aten's formulas above them"
+        )
+    known = torch._C.DispatchKey.__members__
+    if key not in known:
+        close = difflib.get_close_matches(key, list(known), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"dispatch_key={key!r} is not a dispatch key{hint}")
+    if key.startswith(NON_BACKEND_PREFIXES):
+        raise ValueError(
+            f"dispatch_key={key!r} is not a backend key: overrides sit at backend keys (CPU, CUDA, XPU, ...)"
+        )
+    if is_functionality_key(key):
+        raise ValueError(
+            f"dispatch_key={key!r} names a functionality shared by many backends, not a backend key; "
+            f"use a backend key (CPU, CUDA, XPU, ...) or one of its forms (e.g. {key if key != 'Dense' else ''}CUDA)"
+        )
+    return key
+
+
+@functools.cache
+def accepted_dispatch_keys() -> frozenset[str]:
+    """Keys an override can sit at, hence the only ones worth switching."""
+    accepted = []
+    for key in torch._C.DispatchKey.__members__:
+        try:
+            check_dispatch_key(key)
+        except ValueError:
+            continue
+        accepted.append(key)
+    return frozenset(accepted)
+
+
+def accepted_summary() -> str:
+    kinds = tuple(k for k in torch._C.DispatchKey.__members__ if is_functionality_key(k) and k != "Dense")
+    accepted = accepted_dispatch_keys()
+    dense = [k for k in torch._C.DispatchKey.__members__ if k in accepted and not k.startswith(kinds)]
+    return (
+        f"{', '.join(dense)}, and their {'/'.join(k for k in kinds if not k.startswith(NON_BACKEND_PREFIXES))} "
+        "forms (e.g. SparseCUDA)"
+    )
+
+
+def check_switchable_keys(values: Iterable[Any]) -> tuple[str, ...]:
+    """Keys a user switches (str or ``torch._C.DispatchKey``), each one an override can sit at."""
+    names = []
+    members = torch._C.DispatchKey.__members__
+    for value in values:
+        if isinstance(value, torch._C.DispatchKey):
+            value = value.name
+        if not isinstance(value, str):
+            raise TypeError(f"dispatch keys must be str, got {type(value).__name__}: {value!r}")
+        if value not in members:
+            close = [k for k in members if k.lower() == value.lower()]
+            close = close or difflib.get_close_matches(value, list(members), n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(f"{value!r} is not a dispatch key{hint}")
+        if value not in accepted_dispatch_keys():
+            why = (
+                "a functionality shared by many backends"
+                if is_functionality_key(value)
+                else "not a backend key" if value not in NON_BACKEND_KEYS else "a key overrides are never installed at"
+            )
+            raise ValueError(
+                f"dispatch key {value!r} is {why}, so no override can fire there; accepted keys: {accepted_summary()}"
+            )
+        names.append(value)
+    return tuple(names)
