@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = bench.run_rows(cases, device, inductor, progress, bandwidth)
     if args.json:
-        print(_json_document(env, rows))
+        print(bench.json_document(env, rows))
     else:
         print(bench.geometric_mean_line(rows))
     if args.plot:
@@ -88,13 +87,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_document(env: dict, rows: list) -> str:
-    """The environment and the rows measured so far, as ``--json`` prints and ``--save-json`` writes them."""
-    return json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
-
-
 def _write_json(path: str, env: dict, rows: list) -> None:
-    Path(path).write_text(_json_document(env, rows) + "\n")
+    from python_native import bench
+
+    Path(path).write_text(bench.json_document(env, rows) + "\n")
 
 
 def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:

@@ -1,0 +1,184 @@
+"""Calibration runs: each overridden aten op called directly, override vs aten, per DSL, dtype and size bucket.
+
+The table it returns is what ``python_native.calibration`` loads to gate each override where it wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+import python_native as pn
+from python_native.bench.timing import cpu_timer, gpu_throughput_timer
+
+CalibArgs = Callable[[torch.Tensor, torch.Tensor], tuple]
+
+
+def _calibration_args() -> dict[str, CalibArgs]:
+    """Per overridden aten op: its arguments built from an input ``x`` (rows x cols) and a gradient ``dy``."""
+    aten = torch.ops.aten
+
+    def ln_stats(x: torch.Tensor) -> tuple:
+        n = x.shape[-1]
+        w, b = torch.randn(n, device=x.device, dtype=x.dtype), torch.randn(n, device=x.device, dtype=x.dtype)
+        with _aten_only():
+            _, mean, rstd = aten.native_layer_norm(x, [n], w, b, 1e-5)
+        return w, b, mean, rstd
+
+    def rms_stats(x: torch.Tensor) -> tuple:
+        w = torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
+        with _aten_only():
+            _, rstd = aten._fused_rms_norm(x, [x.shape[-1]], w, 1e-6)
+        return w, rstd
+
+    def softmax_out(x: torch.Tensor, log: bool) -> torch.Tensor:
+        with _aten_only():
+            return (aten._log_softmax if log else aten._softmax)(x, -1, False)
+
+    def weight(x: torch.Tensor) -> torch.Tensor:
+        return torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
+
+    return {
+        "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
+        "native_layer_norm_backward": lambda x, dy: (
+            (lambda w, b, mean, rstd: (dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True]))(*ln_stats(x))
+        ),
+        "_fused_rms_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), 1e-6),
+        "_fused_rms_norm_backward": lambda x, dy: (
+            (lambda w, rstd: (dy, x, [x.shape[-1]], rstd, w, [True, True]))(*rms_stats(x))
+        ),
+        "_softmax": lambda x, dy: (x, -1, False),
+        "_log_softmax": lambda x, dy: (x, -1, False),
+        "_softmax_backward_data": lambda x, dy: (dy, softmax_out(x, False), -1, x.dtype),
+        "_log_softmax_backward_data": lambda x, dy: (dy, softmax_out(x, True), -1, x.dtype),
+        "silu": lambda x, dy: (x,),
+        "silu_backward": lambda x, dy: (dy, x),
+        "gelu": lambda x, dy: (x,),
+        "gelu_backward": lambda x, dy: (dy, x),
+        # An outer product per batch entry: the first operand has as many elements as x.
+        "bmm": lambda x, dy: (x.reshape(x.shape[0], x.shape[1], 1), torch.ones_like(x[:, :16]).reshape(-1, 1, 16)),
+    }
+
+
+def calibration_shapes(quick: bool) -> list[tuple[int, int]]:
+    """Two row widths per size bucket (a narrow and a wide row), 2^13..2^27 elements (tiny when quick)."""
+    if quick:
+        return [(4, 64), (2, 128), (16, 64), (8, 128)]
+    shapes = []
+    for log2_numel in range(13, 28, 2):
+        for cols in (1024, 8192):
+            if (1 << log2_numel) >= cols:
+                shapes.append(((1 << log2_numel) // cols, cols))
+    return shapes
+
+
+def _aten_only() -> Any:
+    """A scope with every DSL switched off: the calls go to aten."""
+    from python_native import controller, dsl_registry
+
+    return controller.Scope("dsl", tuple(dsl_registry.names()))
+
+
+def calibrated_dsls(ops: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Per aten op symbol with a calibration builder: the installed, available DSLs overriding it (in slot order)."""
+    from python_native import dsl_registry
+    from python_native.core.registry import REGISTRY
+
+    builders = _calibration_args()
+    out: dict[str, list[str]] = {}
+    for o in REGISTRY.overrides():
+        if o.derived_from is not None or o.op not in builders or (ops and o.op not in ops):
+            continue
+        if not dsl_registry.available(o.dsl):
+            continue
+        dsls = out.setdefault(o.op, [])
+        if o.dsl not in dsls:
+            dsls.append(o.dsl)
+    return out
+
+
+@contextlib.contextmanager
+def _only(dsl: str, others: Sequence[str]) -> Iterator[None]:
+    """``dsl`` alone routes calls inside: the others are held off, and ``dsl`` is switched on even where
+    it was disabled explicitly (the CuTe DSL installs disabled); its explicit disable is restored after."""
+    from python_native import controller
+    from python_native.core.registry import REGISTRY
+
+    was_disabled = dsl in REGISTRY.switches.dsl.explicit
+    if was_disabled:
+        REGISTRY.enable("dsl", [dsl])
+    try:
+        with controller.Scope("dsl", tuple(n for n in others if n != dsl)):
+            yield
+    finally:
+        if was_disabled:
+            REGISTRY.disable("dsl", [dsl])
+
+
+def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None,
+              threshold: float = 1.05, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Time every installed, available DSL's override against aten on this device; return a calibration table.
+
+    Each DSL is timed alone (the other DSLs held off), so where two DSLs override an op both get
+    rows, side by side, and the gates pick the faster one per size bucket. A row ``wins`` when
+    aten_ms / override_ms >= ``threshold`` there and at every larger size of its row-width class
+    (``calibration.confirm_wins``); shapes where the override's own cond declines are not
+    measured (the gate never sees them).
+    """
+    import datetime
+
+    from python_native import calibration, dsl_registry
+
+    timer = gpu_throughput_timer() if device == "cuda" else cpu_timer()
+    builders = _calibration_args()
+    per_op = calibrated_dsls(ops)
+    every_dsl = dsl_registry.names()
+    rows: list[dict[str, Any]] = []
+    with calibration.suspended():
+        for symbol, dsls in per_op.items():
+            op = getattr(torch.ops.aten, symbol)
+            for dtype in dtypes:
+                for shape in calibration_shapes(quick):
+                    if symbol == "bmm" and math.prod(shape) > (1 << 21):
+                        continue  # the outer product's output is 16x the input: keep memory bounded
+                    x = torch.randn(*shape, device=device, dtype=dtype)
+                    args = builders[symbol](x, torch.randn_like(x))
+                    base: float | None = None
+                    for dsl in dsls:
+                        with _only(dsl, every_dsl):
+                            with pn.trace() as t:
+                                op(*args)
+                            if not any(e.op == symbol and e.dsl == dsl and e.outcome == "override" for e in t.events):
+                                continue
+                            ours = timer(lambda op=op, args=args: op(*args), [])
+                        if base is None:
+                            with _aten_only():
+                                base = timer(lambda op=op, args=args: op(*args), [])
+                        speedup = base / ours if ours else 0.0
+                        row = {
+                            "dsl": dsl, "op": symbol, "dtype": str(dtype).removeprefix("torch."),
+                            "bucket": calibration.size_bucket(args[0].numel()), "shape": list(shape),
+                            "last_dim": args[0].shape[-1],
+                            "override_ms": round(ours, 5), "aten_ms": round(base, 5), "speedup": round(speedup, 4),
+                            "wins": speedup >= threshold,
+                        }
+                        rows.append(row)
+                        if progress is not None:
+                            progress(row)
+    calibration.confirm_wins(rows, threshold)
+    key = calibration.device_key(torch.device(device, torch.cuda.current_device()) if device == "cuda" else device)
+    return {
+        "format": calibration.FORMAT,
+        "device": key,
+        "torch": torch.__version__,
+        "triton": str(pn.triton.version),
+        "dsls": {name: str(dsl_registry.version(name)) for name in sorted({d for ds in per_op.values() for d in ds})},
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "bucket": "bit_length(numel of the op's first tensor argument)",
+        "threshold": threshold,
+        "rows": rows,
+    }

@@ -1,0 +1,150 @@
+"""What the benchmark measures: its ops, rows and shapes, each row's inputs, torch call and bytes moved."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer")
+
+# Bytes moved per element of the input, in units of its element size: forward reads x and writes y
+# (2); backward reads x (or y) and dy and writes dx (3). Weights and per-row statistics are ignored.
+IO_FACTOR = {"fwd": 2.0, "fwd+bwd": 5.0}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark row before it is measured."""
+
+    op: str
+    mode: str  # "fwd" | "fwd+bwd"
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def label(self) -> str:
+        return f"{self.op} {self.mode} {'x'.join(map(str, self.shape))}"
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+@dataclass
+class Row:
+    """One measured row (``--json`` prints these)."""
+
+    op: str
+    mode: str
+    shape: list[int]
+    dtype: str
+    fired: bool
+    override_ms: float
+    aten_ms: float
+    speedup: float
+    bytes: int
+    bandwidth_fraction: float | None
+    inductor_ms: float | None = None
+    liger_ms: float | None = None
+    quack_ms: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# Shapes the norms/softmaxes of LLM training and inference hit, plus the historical grid.
+_FULL_ROWS = [(4096, 4096), (8192, 4096), (16384, 5120), (4096, 8192), (32768, 1024)]
+_EXTRA: list[tuple[str, str, tuple[int, ...], str | None]] = [
+    ("rms_norm", "fwd+bwd", (16384, 4096), None),
+    ("rms_norm", "fwd+bwd", (8192, 8192), None),
+    ("rms_norm", "fwd+bwd", (32768, 2048), None),
+    ("layer_norm", "fwd+bwd", (16384, 4096), None),
+    ("layer_norm", "fwd+bwd", (32768, 1024), None),
+    ("softmax", "fwd", (4096, 32000), None),
+    ("softmax", "fwd+bwd", (4096, 32000), None),
+    ("softmax", "fwd", (2048, 128256), None),
+    ("softmax", "fwd+bwd", (16384, 4096), None),
+    ("log_softmax", "fwd+bwd", (4096, 32000), "float32"),
+]
+_GRID = [
+    ("layer_norm", "fwd"), ("layer_norm", "fwd+bwd"), ("rms_norm", "fwd"), ("rms_norm", "fwd+bwd"),
+    ("softmax", "fwd"), ("softmax", "fwd+bwd"), ("log_softmax", "fwd"), ("silu", "fwd"), ("silu", "fwd+bwd"),
+    ("gelu", "fwd"), ("gelu_tanh", "fwd"),
+]
+
+
+def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None) -> list[Case]:
+    """The rows to measure: the named LLM shapes first (bf16 unless stated) whose dtype is among
+    ``dtypes``, then the grid per dtype."""
+    wanted = set(ops or OPS)
+    out: list[Case] = []
+    if not quick:
+        for op, mode, shape, dtype_name in _EXTRA:
+            dtype = getattr(torch, dtype_name or "bfloat16")
+            if op in wanted and dtype in dtypes:
+                out.append(Case(op, mode, shape, dtype))
+    for dtype in dtypes:
+        for m, n in [(4, 64), (7, 100)] if quick else _FULL_ROWS:
+            out += [c for op, mode in _GRID if op in wanted and (c := Case(op, mode, (m, n), dtype)) not in out]
+        for shape in [(2, 8, 16)] if quick else [(64, 1024, 1024), (256, 512, 512), (16, 4096, 4096)]:
+            if "bmm_outer" in wanted:
+                out.append(Case("bmm_outer", "fwd", shape, dtype))
+    return out
+
+
+@dataclass
+class Inputs:
+    """Tensors of one case: ``x`` (and weight/bias), ``dy`` for the backward, tensors to reset grads of."""
+
+    x: torch.Tensor
+    w: torch.Tensor | None = None
+    b: torch.Tensor | None = None
+    c: torch.Tensor | None = None  # second bmm operand
+    dy: torch.Tensor | None = None
+    leaves: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+
+def make_inputs(case: Case, device: str) -> Inputs:
+    grad = case.mode == "fwd+bwd"
+    if case.op == "bmm_outer":
+        bsz, m, n = case.shape
+        return Inputs(torch.randn(bsz, m, 1, device=device, dtype=case.dtype),
+                      c=torch.randn(bsz, 1, n, device=device, dtype=case.dtype))
+    n = case.shape[-1]
+    x = torch.randn(*case.shape, device=device, dtype=case.dtype, requires_grad=grad)
+    inputs = Inputs(x, leaves=[x] if grad else [])
+    if case.op in ("rms_norm", "layer_norm"):
+        inputs.w = torch.randn(n, device=device, dtype=case.dtype, requires_grad=grad)
+        inputs.leaves += [inputs.w] if grad else []
+    if case.op == "layer_norm":
+        inputs.b = torch.randn(n, device=device, dtype=case.dtype, requires_grad=grad)
+        inputs.leaves += [inputs.b] if grad else []
+    if grad:
+        inputs.dy = torch.randn(*case.shape, device=device, dtype=case.dtype)
+    return inputs
+
+
+def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
+    """The public torch call of ``op`` (what users write, and what Inductor compiles)."""
+    table: dict[str, Callable[[Inputs], torch.Tensor]] = {
+        "rms_norm": lambda i: F.rms_norm(i.x, (i.x.shape[-1],), i.w, 1e-6),
+        "layer_norm": lambda i: F.layer_norm(i.x, (i.x.shape[-1],), i.w, i.b),
+        "softmax": lambda i: torch.softmax(i.x, -1),
+        "log_softmax": lambda i: torch.log_softmax(i.x, -1),
+        "silu": lambda i: F.silu(i.x),
+        "gelu": lambda i: F.gelu(i.x),
+        "gelu_tanh": lambda i: F.gelu(i.x, approximate="tanh"),
+        "bmm_outer": lambda i: torch.bmm(i.x, i.c),
+    }
+    return table[op]
+
+
+def bytes_moved(case: Case) -> int:
+    itemsize = torch.empty((), dtype=case.dtype).element_size()
+    if case.op == "bmm_outer":
+        bsz, m, n = case.shape
+        return (bsz * m * n + bsz * (m + n)) * itemsize
+    return int(IO_FACTOR[case.mode] * math.prod(case.shape) * itemsize)
