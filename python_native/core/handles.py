@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from python_native.core.slots import Slot
+from typing import Any
 
 Cond = Callable[..., Any]
 Impl = Callable[..., Any]
@@ -32,7 +29,7 @@ class OverrideHandle:
         self.derived: list[OverrideHandle] = []
         self.routed_cond = self.cond
         self.routed_impl = self.impl
-        self._slot: Slot | None = None
+        self._slot: Any = None  # the core's Slot (handles sit below slots, so untyped here)
         self._removed = False
 
     # Names torch's in-tree registry uses, so user ordering functions written for it work here.
@@ -62,7 +59,7 @@ class OverrideHandle:
         return self.derived_from if self.derived_from is not None else self
 
     @property
-    def slot(self) -> Slot | None:
+    def slot(self) -> Any:
         """The slot this override routes in (None once removed)."""
         return None if self._removed else self._slot
 
