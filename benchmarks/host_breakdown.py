@@ -40,7 +40,9 @@ def main() -> int:
         ("torch.empty_like", per_call_us(lambda: torch.empty_like(x))),
     ]
     import python_native as pn
-    from python_native_dsls.triton.kernels import launch, softmax
+    from python_native_dsls.triton.kernels import launch
+    from python_native_dsls.triton.kernels.softmax_rows import FWD
+    from python_native_dsls.triton.plans.tiles import row_config
 
     rows += [
         ("aten add, package imported", per_call_us(lambda: torch.add(x, x))),
@@ -51,10 +53,10 @@ def main() -> int:
     with launch.stubbed_launches():
         rows.append(("override _softmax, launch stubbed", per_call_us(lambda: aten._softmax(x, -1, False))))
     y = torch.empty_like(x)
-    args, cfg = (x, y, 8, 64, 64, 1), launch.row_config(8, 64)
+    args, cfg = (x, y, 8, 64, 64, 1), row_config(8, 64)
     constexprs = (False, cfg.block_m, cfg.block_n)
     grid = ((8 + cfg.block_m - 1) // cfg.block_m,)
-    fwd = softmax._FWD
+    fwd = FWD
     kwargs = dict(zip(fwd.constexprs, constexprs, strict=True))
     rows.append(("Launcher call (bound launch)", per_call_us(lambda: fwd(grid, args, cfg.num_warps, *constexprs))))
     rows.append(("triton kernel[grid](...)", per_call_us(lambda: fwd.kernel[grid](*args, num_warps=cfg.num_warps, **kwargs))))

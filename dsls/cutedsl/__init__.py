@@ -12,21 +12,16 @@ import functools
 
 from packaging.version import Version
 
+# The target facts live below everything else in the backend; callers outside it ask the package.
+from .target import DISTRIBUTION, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
+
 NAME = "cutedsl"
-DISTRIBUTION = "nvidia-cutlass-dsl"
 MODULE = "cutlass"
 MINIMUM_VERSION = Version("4.0")
 # The launch path: compiled programs are TVM-FFI functions called with torch tensors.
 FFI_DISTRIBUTION = "apache-tvm-ffi"
 FFI_MODULE = "tvm_ffi"
 FFI_MINIMUM_VERSION = Version("0.1")
-MINIMUM_CAPABILITY = (8, 0)
-
-
-def runtime_version() -> Version | None:
-    from python_native import dsl_support
-
-    return dsl_support.installed_version(DISTRIBUTION)
 
 
 @functools.cache

@@ -15,25 +15,11 @@ import os
 
 from packaging.version import Version
 
+# The target facts live below everything else in the backend; callers outside it ask the package.
+from .target import device_type, dispatch_key, interpret_mode  # noqa: F401
+
 NAME = "triton"
 MINIMUM_VERSION = Version("3.6")
-
-
-def interpret_mode() -> bool:
-    """Whether kernels run through Triton's CPU interpreter instead of on a GPU."""
-    from python_native import env
-
-    return env.triton_interpret()
-
-
-def dispatch_key() -> str:
-    """The backend key this DSL's overrides are installed at."""
-    return "CPU" if interpret_mode() else "CUDA"
-
-
-def device_type() -> str:
-    """The tensor device type this DSL's kernels accept (what every cond checks)."""
-    return "cpu" if interpret_mode() else "cuda"
 
 
 def runtime_version() -> Version | None:

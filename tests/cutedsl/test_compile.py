@@ -56,7 +56,7 @@ def compiler():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'+'.join(sorted(c[4])) or 'plain'}")
 def test_kernel_compiles_for_sm90a(compiler, case):
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from python_native_dsls.cutedsl.variant import Variant
 
     kernel, dtype, out_dtype, threads, flags = case
     obj = compiler.compile_to_object(Variant(kernel, dtype, out_dtype, threads, frozenset(flags)), "sm_90a")
@@ -64,7 +64,7 @@ def test_kernel_compiles_for_sm90a(compiler, case):
 
 
 def test_arch_reaches_the_cubin(compiler):
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from python_native_dsls.cutedsl.variant import Variant
 
     obj = compiler.compile_to_object(Variant("softmax_backward", "float32", "float32", 128), "sm_80")
     assert embedded_cubin_sm(obj) == 80
@@ -73,7 +73,7 @@ def test_arch_reaches_the_cubin(compiler):
 PTX_PROBE = """
 import json, re, sys
 from python_native_dsls.cutedsl.kernels import compiler
-from python_native_dsls.cutedsl.kernels.variant import Variant
+from python_native_dsls.cutedsl.variant import Variant
 out = {}
 for kernel in ("norm_forward", "softmax_forward"):
     for vec in (False, True):
@@ -105,14 +105,14 @@ def test_vec_variants_move_16_bytes_per_access(tmp_path):
 
 
 def test_backward_kernels_have_no_vec_variant(compiler):
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from python_native_dsls.cutedsl.variant import Variant
 
     with pytest.raises(ValueError, match="'norm_backward' has no vectorized variant"):
         compiler.compile_to_object(Variant("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
 
 
 def test_unknown_kernel_is_named(compiler):
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from python_native_dsls.cutedsl.variant import Variant
 
     with pytest.raises(ValueError, match="unknown CuTe DSL kernel 'nope'"):
         compiler.compile_to_object(Variant("nope", "float32", "float32", 128), "sm_90a")
@@ -123,7 +123,7 @@ def test_cached_object_loads_in_a_fresh_process(tmp_path):
     code = textwrap.dedent("""
         import os, sys
         from python_native_dsls.cutedsl.kernels import compiler
-        from python_native_dsls.cutedsl.kernels.variant import Variant
+        from python_native_dsls.cutedsl.variant import Variant
         v = Variant("softmax_forward", "float32", "float32", 128, frozenset({"log"}))
         payload, cached, _ = compiler.build(v, "sm_90a")
         fn = compiler.load_object(payload, v.symbol())

@@ -267,7 +267,7 @@ def test_planned_launch_on_another_device_takes_the_generic_path(gpu_like, monke
 
 
 def test_simulated_device_runs_the_routed_gpu_path_on_cpu_tensors():
-    from python_native_dsls.triton.kernels import softmax
+    from python_native_dsls.triton.kernels.softmax_rows import FWD
 
     x = torch.randn(8, 64)
     real_launch = launch.Launcher._launch
@@ -275,10 +275,10 @@ def test_simulated_device_runs_the_routed_gpu_path_on_cpu_tensors():
         torch.softmax(x, -1)  # the first call of a plan: the stand-in for Triton's compile and launch
         torch.softmax(x, -1)  # then the bound launcher, through the plan's fast path
         assert names == ["_softmax_fwd_kernel"] * 2
-        assert len(softmax._FWD._planned) == 1 and softmax._FWD._fast
+        assert len(FWD._planned) == 1 and FWD._fast
     assert launch.Launcher._launch is real_launch
-    assert not softmax._FWD._planned and not softmax._FWD._compiled  # nothing bound inside survives
-    assert softmax._FWD._fast == (not backend.interpret_mode() and softmax._FWD._layout_ok())
+    assert not FWD._planned and not FWD._compiled  # nothing bound inside survives
+    assert FWD._fast == (not backend.interpret_mode() and FWD._layout_ok())
 
 
 class _FakeCudaLauncher:
@@ -329,13 +329,13 @@ def test_launcher_refuses_a_misdeclared_constexpr_order():
 
 @cuda_only
 def test_gpu_second_call_takes_the_prebound_path():
-    from python_native_dsls.triton.kernels import softmax
+    from python_native_dsls.triton.kernels.softmax_rows import FWD
 
     x = make(8, 64, requires_grad=False)
     with pn.triton.disabled():
         ref = torch.softmax(x, -1)
     torch.testing.assert_close(torch.softmax(x, -1), ref)
-    assert softmax._FWD._compiled, "the first launch should have kept its compiled kernel"
+    assert FWD._compiled, "the first launch should have kept its compiled kernel"
     y = torch.softmax(x.clone(), -1)
     torch.testing.assert_close(y, ref)
 

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
+from python_native_dsls.layout import reduced_rows
 from python_native_dsls.triton.ops import softmax as softmax_ops
-from python_native_dsls.triton.ops._layout import reduced_rows
 
 pytestmark = requires_triton
 
@@ -29,14 +29,13 @@ def test_matches_aten(kind, dtype, shape, dim):
 
 @pytest.mark.parametrize("kind", OPS)
 def test_long_rows_stream_in_chunks(kind, monkeypatch):
-    import python_native_dsls.triton.kernels.softmax as softmax_kernels
     import python_native_dsls.triton.kernels.softmax_long as softmax_long
-    from python_native_dsls.triton.ops import _tiles
+    from python_native_dsls.triton.plans import rows as row_plans
 
     # Shrink the single-block limit (plans read it when built) so the long-row kernels run on a
     # small shape, and plan afresh under it.
-    monkeypatch.setattr(_tiles, "MAX_ROW_BLOCK", 64)
-    monkeypatch.setattr(softmax_kernels, "LOOP_BLOCK", 32)
+    monkeypatch.setattr(row_plans, "MAX_ROW_BLOCK", 64)
+    monkeypatch.setattr(softmax_long, "LOOP_BLOCK", 32)
     ran = []
     for name in ("forward", "backward"):
         real = getattr(softmax_long, name)
@@ -115,7 +114,7 @@ def long_row_limits(monkeypatch):
     """Lower the long-row limits so that small shapes take each long-row path (and check they did)."""
     import python_native_dsls.triton.kernels.softmax_long as softmax_long
     from python_native_dsls.triton.kernels import tuning
-    from python_native_dsls.triton.ops import _tiles
+    from python_native_dsls.triton.plans import rows as row_plans
 
     ran = []
     for name in ("forward", "backward"):
@@ -124,7 +123,7 @@ def long_row_limits(monkeypatch):
     plans = (softmax_ops._FORWARD_PLANS, softmax_ops._BACKWARD_PLANS)
 
     def lower(single_max: int, slice_cols: int, max_slices: int = tuning.SOFTMAX_MAX_SLICES) -> None:
-        monkeypatch.setattr(_tiles, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows (read when planning)
+        monkeypatch.setattr(row_plans, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows (read when planning)
         monkeypatch.setattr(tuning, "SOFTMAX_SINGLE_MAX", single_max)
         monkeypatch.setattr(tuning, "SOFTMAX_SLICE", slice_cols)
         monkeypatch.setattr(tuning, "SOFTMAX_MAX_SLICES", max_slices)

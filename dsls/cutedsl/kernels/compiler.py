@@ -30,11 +30,16 @@ from cutlass.runtime import load_module, make_fake_stream
 from python_native.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.speckey import SpecializationCache
 
+from ..target import runtime_version
+from ..variant import Variant
 from . import norm, softmax
-from .variant import Variant
 
-_KERNEL_DIR = Path(__file__).parent
-SOURCES = [_KERNEL_DIR / name for name in ("_blocks.py", "norm.py", "softmax.py", "compiler.py", "variant.py")]
+# Every source a binary is built from: the kernels, this compiler, and the variant that names it.
+_BACKEND_DIR = Path(__file__).parent.parent
+SOURCES = [
+    _BACKEND_DIR / name
+    for name in ("kernels/_blocks.py", "kernels/norm.py", "kernels/softmax.py", "kernels/compiler.py", "variant.py")
+]
 
 VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward"})
 DTYPES = {"float32": cutlass.Float32, "float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
@@ -97,9 +102,7 @@ def versions() -> dict[str, str]:
     """Versions a binary depends on besides its own source."""
     import torch
 
-    from python_native_dsls import cutedsl
-
-    return {"cutlass-dsl": str(cutedsl.runtime_version()), "torch": torch.__version__, "python-native": package_version()}
+    return {"cutlass-dsl": str(runtime_version()), "torch": torch.__version__, "python-native": package_version()}
 
 
 @functools.cache

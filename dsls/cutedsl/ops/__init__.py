@@ -2,12 +2,13 @@
 specializations ``python -m python_native precompile`` builds ahead of time.
 
 Op modules import neither cutlass nor the kernels; impls import ``python_native_dsls.cutedsl.kernels`` on their
-first call. Shape helpers are the Triton library's (pure metadata checks).
+first call. Row views come from ``python_native_dsls.layout`` (pure metadata checks, shared with the Triton
+library).
 """
 
 from __future__ import annotations
 
-from python_native_dsls.triton.ops import OverrideSpec, _has_kernel
+from python_native_dsls.spec import OverrideSpec, has_kernel
 
 __all__ = ["OverrideSpec", "all_overrides", "families"]
 
@@ -23,7 +24,7 @@ def all_overrides() -> list[OverrideSpec]:
     return [
         spec
         for family in families()
-        if all(_has_kernel(s.op, "CUDA") for s in family.OVERRIDES)
+        if all(has_kernel(s.op, "CUDA") for s in family.OVERRIDES)
         for spec in family.OVERRIDES
     ]
 

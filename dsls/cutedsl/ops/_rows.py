@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 
-from python_native_dsls.cutedsl.kernels.variant import Variant
-from python_native_dsls.triton.ops._layout import (
+from python_native_dsls.layout import (
     Rows,
     as_rows,
     float_dtype,
@@ -24,6 +23,9 @@ from python_native_dsls.triton.ops._layout import (
     reduced_rows,
     stat_shape,
 )
+
+from ..target import MINIMUM_CAPABILITY
+from ..variant import Variant
 
 __all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows", "stat_shape"]
 
@@ -62,8 +64,6 @@ def on_cuda(*tensors: torch.Tensor | None) -> bool:
 
 @functools.cache
 def _capable(index: int | None) -> bool:
-    from python_native_dsls.cutedsl import MINIMUM_CAPABILITY
-
     return torch.cuda.get_device_capability(index) >= MINIMUM_CAPABILITY
 
 

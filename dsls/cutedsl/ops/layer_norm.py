@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
-from . import OverrideSpec
+from python_native_dsls.spec import OverrideSpec
+
 from ._rows import (
     DTYPE_NAMES,
     SIZE_CLASSES,
@@ -142,7 +143,7 @@ OVERRIDES = [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, affine (weight and bias) and plain; the forward also vectorized."""
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from ..variant import Variant
 
     out = []
     for dtype in DTYPE_NAMES.values():

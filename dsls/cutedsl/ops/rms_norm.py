@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from . import OverrideSpec
+from python_native_dsls.spec import OverrideSpec
+
 from ._rows import (
     DTYPE_NAMES,
     SIZE_CLASSES,
@@ -114,7 +115,7 @@ OVERRIDES = [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, with and without a weight; the forward also vectorized."""
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from ..variant import Variant
 
     out = []
     for dtype in DTYPE_NAMES.values():

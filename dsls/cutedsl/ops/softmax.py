@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import OverrideSpec
+from python_native_dsls.spec import OverrideSpec
+
 from ._rows import (
     DTYPE_NAMES,
     SIZE_CLASSES,
@@ -89,7 +90,7 @@ OVERRIDES = [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, softmax and log-softmax, plus the fp16 -> fp32 (half_to_float) pair."""
-    from python_native_dsls.cutedsl.kernels.variant import Variant
+    from ..variant import Variant
 
     pairs = [(d, d) for d in DTYPE_NAMES.values()] + [("float16", "float32")]
     out = []

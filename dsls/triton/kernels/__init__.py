@@ -6,7 +6,7 @@ registering the library never pays for importing triton.
 
 import os as _os
 
-from python_native_dsls.triton import interpret_mode as _interpret_mode
+from ..target import interpret_mode as _interpret_mode
 
 # ``PYTHON_NATIVE_TRITON_INTERPRET=1`` puts the overrides at the CPU key; the kernels decorated
 # below must then be Triton's interpreted functions too, even where ``TRITON_INTERPRET`` says

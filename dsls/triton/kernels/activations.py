@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops.activations import ElementwisePlan
-
-from .launch import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, Launcher, cast_out
+from ..plans.elementwise import ElementwisePlan
+from ..plans.tiles import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS
+from .launch import Launcher, cast_out
 
 SILU = 0
 GELU = 1

@@ -10,8 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops.bmm import OuterPlan, plan_outer
-
+from ..plans.outer import OuterPlan, plan_outer
 from .alloc import new_contiguous
 from .launch import Launcher, cast_out
 

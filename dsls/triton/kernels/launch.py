@@ -1,4 +1,4 @@
-"""Launch parameters shared by the kernels, and the launcher every kernel goes through.
+"""The launcher every kernel goes through, and what the kernels share besides (a rounding cast, the SM count).
 
 ``Launcher`` replaces ``kernel[grid](...)`` on the hot path. Triton's ``JITFunction.run`` binds and
 specializes every argument on every call; after the first launch of a variant the launcher keeps
@@ -24,17 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton import interpret_mode
-from python_native_dsls.triton.ops._tiles import (  # noqa: F401  (re-exported for the kernel modules)
-    ELEMENTWISE_BLOCK,
-    ELEMENTWISE_WARPS,
-    MAX_ROW_BLOCK,
-    ROW_TILE,
-    RowConfig,
-    cdiv,
-    next_power_of_2,
-    row_config,
-)
+from ..target import interpret_mode
 
 # Triton's interpreter truncates fp32 -> bf16 where GPUs round to nearest even; under the
 # interpreter the kernels round explicitly so that results match what a GPU produces.

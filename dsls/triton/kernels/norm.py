@@ -12,8 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops._layout import NormPlan
-
+from ..plans.rows import NormPlan
 from .alloc import new_contiguous
 from .launch import Launcher, cast_out
 from .norm_backward import backward  # noqa: F401  (the ops call it through this module)
@@ -59,7 +58,7 @@ def run_forward(
     x: torch.Tensor, plan: NormPlan, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float,
     stats_dtype: torch.dtype, rms: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``forward`` along a plan from ``ops._layout.norm_plan``: tile, grid and layouts were worked
+    """``forward`` along a plan from ``plans.rows.norm_plan``: tile, grid and layouts were worked
     out once for the input's layout."""
     y = torch.empty_like(x) if plan.fresh_like else torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = new_contiguous(x, plan.stat_shape, stats_dtype)

@@ -24,11 +24,12 @@ import triton
 import triton.language as tl
 
 from python_native.speckey import SpecializationCache
-from python_native_dsls.triton.ops._layout import Rows
+from python_native_dsls.layout import Rows
 
+from ..plans.tiles import cdiv, next_power_of_2
 from . import tuning
 from .alloc import new_contiguous
-from .launch import Launcher, cast_out, cdiv, next_power_of_2
+from .launch import Launcher, cast_out
 
 
 @triton.jit

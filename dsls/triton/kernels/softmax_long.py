@@ -11,8 +11,8 @@ Three paths, by row width (limits and tiles from ``tuning``):
   merges the row's partials (a vector of a few floats) and writes its slice. No atomics, no
   inter-program waiting. Forward: 2 reads + 1 write per element; backward: 2 reads of dy (and
   of y for softmax; 1 for log-softmax) + 1 write.
-- Rows with more than ``SOFTMAX_MAX_SLICES`` slices stream one row per program (``softmax``'s
-  looped kernels).
+- Rows with more than ``SOFTMAX_MAX_SLICES`` slices stream one row per program, in chunks: an
+  online max/sum pass, then a pass that writes the result (the looped kernels).
 """
 
 from __future__ import annotations
@@ -21,11 +21,77 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native_dsls.triton.ops._layout import Rows
+from python_native_dsls.layout import Rows
 
-from . import softmax as packed
+from ..plans.tiles import cdiv, next_power_of_2
 from . import tuning
-from .launch import Launcher, cast_out, cdiv, next_power_of_2
+from .launch import Launcher, cast_out
+from .softmax_rows import BWD, FWD
+
+# Chunk width and warps for the looped (streaming) kernels.
+LOOP_BLOCK = 4096
+LOOP_WARPS = 16
+
+
+@triton.jit
+def _softmax_fwd_looped_kernel(X, Y, n_cols, stride_xm, stride_xn, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_xm
+    y_row = Y + row * n_cols
+    # Per-lane running max and sum of exp(x - max); lanes that saw only -inf keep a zero sum.
+    m = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - ref) + tl.exp(x - ref)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    ref = tl.where(row_max == float("-inf"), 0.0, row_max)
+    total = tl.sum(s * tl.exp(m - ref), axis=0)
+    log_total = tl.log(total)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        z = tl.load(x_row + cols * stride_xn, mask=ok, other=0.0).to(tl.float32) - row_max
+        if LOG:
+            y = z - log_total
+        else:
+            y = tl.exp(z) / total
+        tl.store(y_row + cols, cast_out(y, Y.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _softmax_bwd_looped_kernel(
+    DY, Y, DX, n_cols, stride_dym, stride_dyn, stride_ym, stride_yn,
+    LOG: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    dy_row = DY + row * stride_dym
+    y_row = Y + row * stride_ym
+    dx_row = DX + row * n_cols
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
+        if LOG:
+            acc += dy
+        else:
+            acc += dy * tl.load(y_row + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
+    dot = tl.sum(acc, axis=0)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        ok = cols < n_cols
+        dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
+        y = tl.load(y_row + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
+        if LOG:
+            dx = dy - tl.exp(y) * dot
+        else:
+            dx = y * (dy - dot)
+        tl.store(dx_row + cols, cast_out(dx, DX.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -131,6 +197,8 @@ _STATS = Launcher(_softmax_slice_stats_kernel, ("BLOCK_N",))
 _WRITE = Launcher(_softmax_slice_write_kernel, ("LOG", "BLOCK_S", "BLOCK_N"))
 _DOT = Launcher(_softmax_slice_dot_kernel, ("LOG", "BLOCK_N"))
 _GRAD = Launcher(_softmax_slice_grad_kernel, ("LOG", "BLOCK_S", "BLOCK_N"))
+_FWD_LOOPED = Launcher(_softmax_fwd_looped_kernel, ("LOG", "BLOCK_N"))
+_BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
 
 
 def _slices(n: int, dtype: torch.dtype) -> tuple[int, int, int]:
@@ -148,7 +216,7 @@ def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> t
     slice_cols, n_slices, chunk = _slices(n, x.dtype)
     if n <= tuning.SOFTMAX_SINGLE_MAX:
         cfg = tuning.tile("softmax_single", x.dtype, n)
-        packed._FWD((m,), (x, y, m, n, *strides), cfg.num_warps, log, 1, cfg.block_n)
+        FWD((m,), (x, y, m, n, *strides), cfg.num_warps, log, 1, cfg.block_n)
     elif n_slices <= tuning.SOFTMAX_MAX_SLICES:
         cfg = tuning.tile("softmax_slice", x.dtype, slice_cols)
         pmax = torch.empty((m, n_slices), dtype=torch.float32, device=x.device)
@@ -157,7 +225,7 @@ def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> t
         _STATS((m, n_slices), (x, pmax, psum, *common), cfg.num_warps, chunk)
         _WRITE((m, n_slices), (x, y, pmax, psum, *common), cfg.num_warps, log, next_power_of_2(n_slices), chunk)
     else:
-        packed._FWD_LOOPED((m,), (x, y, n, *strides), packed.LOOP_WARPS, log, packed.LOOP_BLOCK)
+        _FWD_LOOPED((m,), (x, y, n, *strides), LOOP_WARPS, log, LOOP_BLOCK)
     return y
 
 
@@ -171,7 +239,7 @@ def backward(
     slice_cols, n_slices, chunk = _slices(n, y.dtype)
     if n <= tuning.SOFTMAX_SINGLE_MAX:
         cfg = tuning.tile("softmax_single", y.dtype, n)
-        packed._BWD((m,), (dy, y, dx, m, n, *strides), cfg.num_warps, log, 1, cfg.block_n)
+        BWD((m,), (dy, y, dx, m, n, *strides), cfg.num_warps, log, 1, cfg.block_n)
     elif n_slices <= tuning.SOFTMAX_MAX_SLICES:
         cfg = tuning.tile("softmax_slice", y.dtype, slice_cols)
         pdot = torch.empty((m, n_slices), dtype=torch.float32, device=y.device)
@@ -179,5 +247,5 @@ def backward(
         _DOT((m, n_slices), (dy, y, pdot, *common), cfg.num_warps, log, chunk)
         _GRAD((m, n_slices), (dy, y, dx, pdot, *common), cfg.num_warps, log, next_power_of_2(n_slices), chunk)
     else:
-        packed._BWD_LOOPED((m,), (dy, y, dx, n, *strides), packed.LOOP_WARPS, log, packed.LOOP_BLOCK)
+        _BWD_LOOPED((m,), (dy, y, dx, n, *strides), LOOP_WARPS, log, LOOP_BLOCK)
     return dx

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native_dsls.triton.ops._tiles import next_power_of_2
+from ..plans.tiles import next_power_of_2
 
 # Widest rows whose backward keeps a whole row (and the dw/db accumulators) in registers.
 NORM_BWD_REGISTER_MAX = 8192

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
 
 from python_native.speckey import MISSING, SpecializationCache
+from python_native_dsls.layout import FLOAT_DTYPES
+from python_native_dsls.spec import OverrideSpec
 
-from . import OverrideSpec
-from ._layout import FLOAT_DTYPES, dense_like, fits_index, on_backend
-from ._tiles import ELEMENTWISE_BLOCK, cdiv
+from ..plans.elementwise import ElementwisePlan, plan_elementwise
+from ..plans.layout import dense_like, fits_index, on_backend
 
 Tensor = torch.Tensor
 
@@ -30,15 +30,6 @@ def _kernels() -> ModuleType:
     from python_native_dsls.triton.kernels import activations
 
     return activations
-
-
-class ElementwisePlan(NamedTuple):
-    """One flat launch over ``n`` elements, worked out once per layout, dtype and activation."""
-
-    n: int
-    grid: tuple[int]
-    act: int
-    launch_key: tuple  # everything Triton specializes the launch on but pointer alignment
 
 
 def _input_ok(x: Tensor) -> bool:
@@ -55,19 +46,12 @@ def _pair_ok(x: Tensor, grad: Tensor) -> bool:
     )
 
 
-def _plan(x: Tensor, act: int, grad: Tensor | None = None) -> ElementwisePlan:
-    """The launch over ``x`` (and ``grad``, for a backward), without checking that the kernel takes it."""
-    n = x.numel()
-    grad_dtype = None if grad is None else grad.dtype
-    return ElementwisePlan(n, (cdiv(n, ELEMENTWISE_BLOCK),), act, (x.dtype, grad_dtype, n, act))
-
-
 def _forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
-    return _plan(x, act) if _input_ok(x) else None
+    return plan_elementwise(x, act) if _input_ok(x) else None
 
 
 def _backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
-    return _plan(x, act, grad) if _pair_ok(x, grad) else None
+    return plan_elementwise(x, act, grad) if _pair_ok(x, grad) else None
 
 
 _FORWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_forward_plan, 4096)
@@ -106,7 +90,7 @@ def silu_cond(self: Tensor) -> ElementwisePlan | None:
 
 
 def silu_impl(self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_forward(self, plan or _plan(self, _SILU))
+    return _kernels().run_forward(self, plan or plan_elementwise(self, _SILU))
 
 
 def silu_backward_cond(grad_output: Tensor, self: Tensor) -> ElementwisePlan | None:
@@ -114,7 +98,7 @@ def silu_backward_cond(grad_output: Tensor, self: Tensor) -> ElementwisePlan | N
 
 
 def silu_backward_impl(grad_output: Tensor, self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_backward(grad_output, self, plan or _plan(self, _SILU, grad_output))
+    return _kernels().run_backward(grad_output, self, plan or plan_elementwise(self, _SILU, grad_output))
 
 
 def gelu_cond(self: Tensor, *, approximate: str) -> ElementwisePlan | None:
@@ -123,7 +107,7 @@ def gelu_cond(self: Tensor, *, approximate: str) -> ElementwisePlan | None:
 
 
 def gelu_impl(self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_forward(self, plan or _plan(self, _GELU_MODES[approximate]))
+    return _kernels().run_forward(self, plan or plan_elementwise(self, _GELU_MODES[approximate]))
 
 
 def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> ElementwisePlan | None:
@@ -134,7 +118,9 @@ def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -
 def gelu_backward_impl(
     grad_output: Tensor, self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None
 ) -> Tensor:
-    return _kernels().run_backward(grad_output, self, plan or _plan(self, _GELU_MODES[approximate], grad_output))
+    return _kernels().run_backward(
+        grad_output, self, plan or plan_elementwise(self, _GELU_MODES[approximate], grad_output)
+    )
 
 
 OVERRIDES = [

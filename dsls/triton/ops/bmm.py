@@ -3,37 +3,18 @@
 from __future__ import annotations
 
 import functools
-import itertools
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
 
 from python_native.speckey import MISSING, SpecializationCache
+from python_native_dsls.layout import float_dtype
+from python_native_dsls.spec import OverrideSpec
 
-from . import OverrideSpec
-from ._layout import MAX_INDEX, float_dtype, on_backend
-from ._tiles import cdiv, next_power_of_2
+from ..plans.layout import MAX_INDEX, on_backend
+from ..plans.outer import OuterPlan, plan_outer
 
 Tensor = torch.Tensor
-
-# Elements of the output one program writes.
-_TILE = 4096
-
-
-class OuterPlan(NamedTuple):
-    """One outer-product launch, worked out once per layout and dtype."""
-
-    out_shape: tuple[int, int, int]
-    grid: tuple[int]
-    ints: tuple[int, ...]  # m, n, the four input strides, tiles along m and n
-    num_warps: int
-    block_m: int
-    block_n: int
-    serial: int  # names the launch to the launcher
-
-
-_serials = itertools.count()
 
 
 def _outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
@@ -46,17 +27,6 @@ def _outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
     if not (mat2.shape[0] == batch and batch > 0 and m > 0 and n > 0 and batch * m <= MAX_INDEX and n <= MAX_INDEX):
         return None
     return plan_outer(self, mat2)
-
-
-def plan_outer(self: Tensor, mat2: Tensor) -> OuterPlan:
-    """Tiles and grid of ``self [B, M, 1] @ mat2 [B, 1, N]``, without the cond's checks."""
-    batch, m, n = self.shape[0], self.shape[1], mat2.shape[2]
-    block_n = min(256, next_power_of_2(n))
-    block_m = min(next_power_of_2(m), max(1, _TILE // block_n))
-    tiles_m, tiles_n = cdiv(m, block_m), cdiv(n, block_n)
-    ints = (m, n, self.stride(0), self.stride(1), mat2.stride(0), mat2.stride(2), tiles_m, tiles_n)
-    warps = 8 if block_m * block_n >= 4096 else 4
-    return OuterPlan((batch, m, n), (batch * tiles_m * tiles_n,), ints, warps, block_m, block_n, next(_serials))
 
 
 _PLANS: SpecializationCache[OuterPlan | None] = SpecializationCache(_outer_plan, 4096)

@@ -16,8 +16,11 @@ from types import ModuleType
 
 import torch
 
-from . import OverrideSpec
-from ._layout import MAX_NORM_BWD_COLS, NormPlan, Rows, as_rows, norm_plan, on_backend, param_ok, row_fits, stats_ok
+from python_native_dsls.layout import Rows, as_rows, param_ok
+from python_native_dsls.spec import OverrideSpec
+
+from ..plans.layout import MAX_NORM_BWD_COLS, on_backend, row_fits, stats_ok
+from ..plans.rows import NormPlan, norm_plan
 
 Tensor = torch.Tensor
 

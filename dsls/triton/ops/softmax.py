@@ -13,10 +13,11 @@ from types import ModuleType
 import torch
 
 from python_native.speckey import MISSING, SpecializationCache
+from python_native_dsls.layout import float_dtype, reduced_rows
+from python_native_dsls.spec import OverrideSpec
 
-from . import OverrideSpec
-from ._layout import float_dtype, on_backend, reduced_rows, row_fits
-from ._tiles import RowPlan, row_plan
+from ..plans.layout import on_backend, row_fits
+from ..plans.rows import RowPlan, row_plan
 
 Tensor = torch.Tensor
 

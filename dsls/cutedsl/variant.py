@@ -1,4 +1,4 @@
-"""What names one compiled program (no cutlass import: ops and the precompile list use it)."""
+"""What names one compiled program (no cutlass import): the ops pick variants, the compiler builds them."""
 
 from __future__ import annotations
 

@@ -1,0 +1,20 @@
+"""What the CuTe DSL kernels target: the runtime they are compiled with and the GPUs they run on.
+
+The lowest module of the backend (no cutlass import): the package, its ops and the compiler read
+these facts from here.
+"""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+DISTRIBUTION = "nvidia-cutlass-dsl"
+# Oldest compute capability the kernels run on.
+MINIMUM_CAPABILITY = (8, 0)
+
+
+def runtime_version() -> Version | None:
+    """The installed CuTe DSL version (compiled binaries depend on it), or None when absent."""
+    from python_native import dsl_support
+
+    return dsl_support.installed_version(DISTRIBUTION)
