@@ -11,6 +11,9 @@ Four extension points, each a list a feature appends to when it is imported:
   under the registry's lock (compile mode keeps Inductor's tables in step with the overridden ops).
 - *removed listeners* ``(handle) -> None``: told once per removed override, under the lock
   (calibration stops counting it as a rival).
+- *slot listeners* ``(slot) -> None``: told when a slot's router is registered in the dispatcher,
+  before it is taken out, and after each refresh (``slot.active`` and ``slot.traced`` then say
+  what the router does). A compiled front registers above the router and follows its state.
 
 Wrappers run before the dispatcher changes, so one that raises fails that registration only.
 Listeners run after the change: one that raises is logged and never undoes it.
@@ -34,6 +37,9 @@ COND_WRAPPERS: list[CondWrapper] = []
 IMPL_WRAPPERS: list[ImplWrapper] = []
 OVERRIDES_CHANGED: list[Callable[[], None]] = []
 OVERRIDE_REMOVED: list[Callable[[OverrideHandle], None]] = []
+SLOT_REGISTERED: list[Callable[[Any], None]] = []
+SLOT_UNREGISTERING: list[Callable[[Any], None]] = []
+SLOT_REFRESHED: list[Callable[[Any], None]] = []
 
 
 def _add(points: list, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,6 +68,27 @@ def on_overrides_changed(fn: Callable[[], None]) -> Callable[[], None]:
 def on_override_removed(fn: Callable[[OverrideHandle], None]) -> Callable[[OverrideHandle], None]:
     """Call ``fn(handle)`` for each override taken out."""
     return _add(OVERRIDE_REMOVED, fn)
+
+
+def on_slot_registered(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Call ``fn(slot)`` right after a slot's router is registered in the dispatcher."""
+    return _add(SLOT_REGISTERED, fn)
+
+
+def on_slot_unregistering(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Call ``fn(slot)`` right before a slot's router is taken out of the dispatcher."""
+    return _add(SLOT_UNREGISTERING, fn)
+
+
+def on_slot_refreshed(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Call ``fn(slot)`` after each refresh of a slot (a registration, removal, toggle or trace)."""
+    return _add(SLOT_REFRESHED, fn)
+
+
+def remove(points: list, fn: Callable[..., Any]) -> None:
+    """Unplug ``fn`` from ``points`` (a feature switched off); absent is fine."""
+    if fn in points:
+        points.remove(fn)
 
 
 def routed_pieces(handle: OverrideHandle) -> tuple[Any, Any]:
