@@ -1,0 +1,43 @@
+"""How a result is judged against aten's and the float64 truth."""
+
+from __future__ import annotations
+
+import torch
+
+# torch.testing.assert_close defaults: (rtol, atol).
+TOLERANCES = {torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
+
+
+def mismatch(got: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor, what: str, grad: bool = False) -> str | None:
+    """Why ``got`` fails against aten's ``ref`` and the float64 ``truth``, or None when it passes.
+
+    ``got`` passes where it is within the dtype's default tolerance of ``ref``, or no further from
+    ``truth`` than ``ref`` is (plus that tolerance). The second clause admits results more accurate
+    than aten's: its CPU kernels accumulate some half-precision reductions (layer norm's weight
+    gradient, for one) in half precision. For half-precision gradients the absolute tolerance also
+    scales with the largest gradient: they are sums of many rounded terms whose cancellation leaves
+    small elements with errors of the terms' size, not of their own.
+    """
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return f"{what}: {tuple(got.shape)}/{got.dtype} vs aten {tuple(ref.shape)}/{ref.dtype}"
+    rtol, atol = TOLERANCES.get(got.dtype, (0.0, 0.0))
+    g, r, t = got.double(), ref.double(), truth.double()
+    if grad and got.dtype != torch.float32 and t.numel():
+        atol += rtol * t.abs().nan_to_num(0.0, 0.0, 0.0).max().item()
+    close = (g - r).abs() <= atol + rtol * r.abs()
+    no_worse = (g - t).abs() <= (r - t).abs() + atol + rtol * t.abs()
+    ok = close | no_worse | (g == r) | (g.isnan() & r.isnan())
+    if bool(ok.all()):
+        return None
+    i = int((~ok).flatten().nonzero()[0])
+    return (
+        f"{what}: {int((~ok).sum())}/{ok.numel()} elements off; first at flat index {i}: "
+        f"got {g.flatten()[i].item()}, aten {r.flatten()[i].item()}, float64 {t.flatten()[i].item()}"
+    )
+
+
+def max_error(x: torch.Tensor, truth: torch.Tensor) -> float:
+    """Largest absolute difference from the float64 truth over the finite elements of both."""
+    d = (x.double() - truth.double()).abs()
+    d = d[torch.isfinite(x.double()) & torch.isfinite(truth.double())]
+    return float(d.max()) if d.numel() else 0.0

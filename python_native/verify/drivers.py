@@ -1,0 +1,10 @@
+"""Every op verify knows how to reach, by family: each family module lists its own drivers."""
+
+from __future__ import annotations
+
+from python_native.verify import rows
+from python_native.verify.samples import Driver
+
+DRIVERS: dict[str, Driver] = {**rows.DRIVERS}
+
+FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}

@@ -1,0 +1,131 @@
+"""Samples: one call of the public torch function that reaches an op, on given inputs.
+
+``samples_for`` interleaves an op's own catalogue of awkward inputs with torch's OpInfo samples.
+``torch.testing._internal.common_methods_invocations`` is slow to import, so it is imported only
+when OpInfo samples are first asked for.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Sample:
+    """One call: ``fn(*inputs)``; ``source`` names where it came from (a catalogue case or OpInfo)."""
+
+    source: str
+    fn: Callable[..., torch.Tensor]
+    inputs: Sequence[torch.Tensor]
+
+
+def rand(*shape: int, dtype: torch.dtype, device: str, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, dtype=torch.float32, device=device) * scale).to(dtype)
+
+
+def _rows(dtype: torch.dtype, device: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """The awkward 2-D inputs every row-wise op is checked on (the reduced dim is the last)."""
+    yield "odd width", rand(3, 37, dtype=dtype, device=device)
+    yield "transposed", rand(33, 4, dtype=dtype, device=device).t()
+    yield "strided rows", rand(4, 64, dtype=dtype, device=device)[:, ::2]
+    yield "empty", rand(0, 16, dtype=dtype, device=device)
+    inf = rand(3, 20, dtype=dtype, device=device)
+    inf[0, :5] = float("-inf")
+    inf[1, 7] = float("-inf")
+    yield "-inf entries", inf
+    yield "1e4 scale", rand(2, 24, dtype=dtype, device=device, scale=1e4)
+
+
+def row_cases(make_fn: Callable[[torch.Tensor], tuple[Callable, list[torch.Tensor]]]):
+    def cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
+        for name, x in _rows(dtype, device):
+            fn, inputs = make_fn(x)
+            yield Sample(name, fn, inputs)
+    return cases
+
+
+def affine(x: torch.Tensor) -> list[torch.Tensor]:
+    width = x.shape[-1]
+    return [x, rand(width, dtype=x.dtype, device=x.device.type), rand(width, dtype=x.dtype, device=x.device.type)]
+
+
+def finite(make_fn):
+    """Row cases without -inf inputs, for ops whose math is undefined there (norms of -inf rows)."""
+    inner = row_cases(make_fn)
+
+    def cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
+        return (s for s in inner(dtype, device) if s.source != "-inf entries")
+    return cases
+
+
+def _bmm_cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
+    for name, (a_shape, b_shape) in {
+        "outer product": ((3, 5, 1), (3, 1, 7)),
+        "odd sizes": ((2, 17, 3), (2, 3, 9)),
+        "empty batch": ((0, 4, 1), (0, 1, 4)),
+    }.items():
+        yield Sample(name, torch.bmm, [rand(*a_shape, dtype=dtype, device=device), rand(*b_shape, dtype=dtype, device=device)])
+    a = rand(2, 1, 6, dtype=dtype, device=device).transpose(1, 2)
+    b = rand(2, 5, 1, dtype=dtype, device=device).transpose(1, 2)
+    yield Sample("transposed", torch.bmm, [a, b])
+    yield Sample("1e4 scale", torch.bmm, [rand(2, 4, 1, dtype=dtype, device=device, scale=100.0),
+                                          rand(2, 1, 4, dtype=dtype, device=device, scale=100.0)])
+
+
+@dataclass(frozen=True)
+class Driver:
+    """How to reach an aten op from Python: its own cases and the OpInfo names whose samples hit it."""
+
+    cases: Callable[[torch.dtype, str], Iterator[Sample]]
+    opinfos: tuple[str, ...] = ()
+    backward_ops: tuple[str, ...] = ()
+
+
+def opinfo_problem() -> str | None:
+    """Why torch's OpInfo tables cannot be used here (they need ``expecttest``), or None."""
+    try:
+        import torch.testing._internal.common_methods_invocations  # noqa: F401
+    except Exception as e:  # a torch install without its test tables or their dependencies
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _opinfo_samples(names: Sequence[str], dtype: torch.dtype, device: str) -> Iterator[Sample]:
+    """OpInfo samples of ``names``; none where torch's test tables are not importable."""
+    if opinfo_problem() is not None:
+        return
+    from torch.testing._internal.common_methods_invocations import op_db
+    for info in op_db:
+        label = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+        if label not in names or dtype not in info.supported_dtypes(device):
+            continue
+        try:
+            samples = list(info.sample_inputs(device, dtype, requires_grad=False))
+        except Exception:
+            continue
+        for s in samples:
+            if not isinstance(s.input, torch.Tensor):
+                continue
+            tensors = [s.input, *[a for a in s.args if isinstance(a, torch.Tensor)]]
+            args = list(s.args)
+            slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+            def fn(*ts, _op=info.op, _args=args, _slots=slots, _kw=s.kwargs):
+                call = list(_args)
+                for i, t in zip(_slots, ts[1:], strict=True):
+                    call[i] = t
+                return _op(ts[0], *call, **_kw)
+
+            yield Sample(f"OpInfo {label}", fn, tensors)
+
+
+def samples_for(driver: Driver, dtype: torch.dtype, device: str, limit: int | None) -> list[Sample]:
+    """At most ``limit`` samples, the catalogue's cases and OpInfo's taken in turn."""
+    own = driver.cases(dtype, device)
+    theirs = _opinfo_samples(driver.opinfos, dtype, device)
+    merged = (s for pair in itertools.zip_longest(own, theirs) for s in pair if s is not None)
+    return list(itertools.islice(merged, limit))
