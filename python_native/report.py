@@ -56,6 +56,12 @@ def render(data: dict) -> str:
             else "compiled graphs use Inductor's own kernels; eager calls keep their overrides "
             "(set pn.compile_mode = 'keep' to call the overrides from compiled code)"
         )
+    if "front" in data:
+        f = data["front"]
+        lines += ["", f"Dispatch front: {f['front']}"]
+        lines += _wrapped(f"why: {f['why']}")
+        if f.get("error"):
+            lines += _wrapped(f"error: {f['error']}")
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
         lines += _calibration_lines(data["calibration"])

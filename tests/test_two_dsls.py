@@ -14,6 +14,8 @@ from python_native import calibration, report
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 FAST, SLOW = "twin_fast", "twin_slow"  # FAST is calibrated faster than SLOW where both beat aten
 MARK = {FAST: 1000.0, SLOW: 2000.0}
 
