@@ -14,6 +14,7 @@ ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
+CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -23,6 +24,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (DUMP_DIR, "folder where every generated router is written"),
     (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+    (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
+                  "'portable': the portable policy alone; 'off': no gate"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
