@@ -37,7 +37,7 @@ class Resolution:
 
     def source_and_verdicts(self, dsl: str, op: str, dtype: str) -> tuple[Any, tables.Verdicts | None]:
         for table in self.tables:
-            found = table.verdicts.get((op, dtype), {}).get(dsl)
+            found = table.verdicts(op, dtype, dsl)
             if found is not None:
                 return table, found
         if self.policy is not None:
@@ -48,24 +48,29 @@ class Resolution:
 
     def ops(self) -> set[tuple[str, str]]:
         """Every (dsl, op) some source of this device speaks for."""
-        found = {(dsl, op) for t in self.tables for (op, _), per_dsl in t.verdicts.items() for dsl in per_dsl}
+        found = {(dsl, op) for t in self.tables for (op, dtype) in t.groups for dsl in t.dsls(op, dtype)}
         return found | (set(self.policy.cells) if self.policy is not None else set())
 
     def dtypes(self, dsl: str, op: str) -> set[str]:
-        found = {dtype for t in self.tables for (o, dtype), per_dsl in t.verdicts.items() if o == op and dsl in per_dsl}
+        found = {dtype for t in self.tables for (o, dtype) in t.groups if o == op and dsl in t.dsls(o, dtype)}
         if self.policy is not None:
             found |= set(self.policy.cells.get((dsl, op), {}))
         return found
 
     def speaks_for(self, dsl: str, op: str) -> bool:
-        return any(o == op and dsl in per_dsl for t in self.tables for (o, _), per_dsl in t.verdicts.items()) or (
-            self.policy is not None and self.policy.speaks_for(dsl, op))
+        return bool(self.dtypes(dsl, op))
 
     def never_wins(self, dsl: str, op: str) -> bool:
-        """Some source speaks for the op here, and every dtype it has verdicts for loses everywhere."""
+        """Some source speaks for the op here, and for every dtype the source that decides it loses everywhere."""
         dtypes = self.dtypes(dsl, op)
-        return bool(dtypes) and all(
-            all(v is False for v in self.verdicts(dsl, op, dtype) or (True,)) for dtype in dtypes)
+        return bool(dtypes) and all(self._loses(dsl, op, dtype) for dtype in dtypes)
+
+    def _loses(self, dsl: str, op: str, dtype: str) -> bool:
+        for table in self.tables:
+            if dsl in table.dsls(op, dtype):
+                return table.loses_everywhere(op, dtype, dsl)
+        found = self.policy.verdicts(dsl, op, dtype) if self.policy is not None else None
+        return found is not None and all(v is False for v in found)
 
 
 def catalog() -> Catalog:

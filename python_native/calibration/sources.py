@@ -107,13 +107,44 @@ class Table:
     header: dict[str, Any]
     rows: list[dict[str, Any]]
     drift: tuple[str, ...] = ()  # e.g. "torch 2.11 (running 2.13)"
-    _verdicts: tables.VerdictMap | None = field(default=None, repr=False)
+    _groups: dict[tuple[str, str], list[dict[str, Any]]] | None = field(default=None, repr=False)
+    _dsls: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict, repr=False)
+    _verdicts: dict[tuple[str, str], dict[str, tables.Verdicts]] = field(default_factory=dict, repr=False)
 
     @property
-    def verdicts(self) -> tables.VerdictMap:
-        if self._verdicts is None:
-            self._verdicts = tables.verdicts(self.rows)
-        return self._verdicts
+    def groups(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """The rows per (op, dtype); verdicts are built per group on first use."""
+        if self._groups is None:
+            groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for row in self.rows:
+                groups.setdefault((row["op"], row["dtype"]), []).append(row)
+            self._dsls = {key: frozenset(r.get("dsl", tables.DEFAULT_DSL) for r in rows) for key, rows in groups.items()}
+            self._groups = groups
+        return self._groups
+
+    def dsls(self, op: str, dtype: str) -> frozenset[str]:
+        """The DSLs with rows for (op, dtype)."""
+        return self._dsls.get((op, dtype), frozenset()) if self.groups else frozenset()
+
+    def verdicts(self, op: str, dtype: str, dsl: str) -> tables.Verdicts | None:
+        """``dsl``'s verdicts for (op, dtype), or None where the table has no rows for them."""
+        key = (op, dtype)
+        found = self._verdicts.get(key)
+        if found is None:
+            rows = self.groups.get(key)
+            if rows is None:
+                return None
+            found = self._verdicts[key] = tables.verdicts(rows).get(key, {})
+        return found.get(dsl)
+
+    def loses_everywhere(self, op: str, dtype: str, dsl: str) -> bool:
+        """Every (bucket, width class) ``dsl`` was measured at for (op, dtype) lost (no verdict is built)."""
+        cells: dict[tuple[int, int], bool] = {}
+        for row in self.groups.get((op, dtype), ()):
+            if row.get("dsl", tables.DEFAULT_DSL) == dsl:
+                for wide in tables.row_classes(row):
+                    cells[(row["bucket"], wide)] = cells.get((row["bucket"], wide), True) and row["wins"] is True
+        return bool(cells) and not any(cells.values())
 
     def info(self) -> dict[str, Any]:
         return {

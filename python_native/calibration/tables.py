@@ -125,10 +125,45 @@ def validate(table: Any, source: str = "table") -> None:
         _validate_row(row, f"{source}: row {i}")
 
 
+_REQUIRED = frozenset({"op", "dtype", "bucket", "wins"})
+
+
+def _row_is_plain(row: Any) -> bool:
+    """The common case, checked fast: required fields well typed and optional ones of the usual types."""
+    if type(row) is not dict or not _REQUIRED <= row.keys():
+        return False
+    op, dtype, bucket = row["op"], row["dtype"], row["bucket"]
+    if type(op) is not str or type(dtype) is not str or not op.strip() or not dtype.strip():
+        return False
+    if type(bucket) is not int or not 0 <= bucket <= MAX_BUCKET or type(row["wins"]) is not bool:
+        return False
+    last = row.get("last_dim")
+    if last is not None and (type(last) is not int or last < 0):
+        return False
+    shape = row.get("shape")
+    if shape is not None:
+        if type(shape) is not list:
+            return False
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return False
+    for key in ("override_ms", "aten_ms", "speedup"):
+        value = row.get(key)
+        if value is not None and (type(value) not in (float, int) or not -_BIG < value < _BIG):
+            return False  # also nan and inf
+    dsl = row.get("dsl", "triton")
+    return type(dsl) is str and bool(dsl.strip())
+
+
+_BIG = float("inf")
+
+
 def _validate_row(row: Any, where: str) -> None:
+    if _row_is_plain(row):
+        return
     if not isinstance(row, dict):
         raise ValueError(f"{where} must be an object, got {_show(row)}")
-    missing = sorted({"op", "dtype", "bucket", "wins"} - set(row))
+    missing = sorted(_REQUIRED - set(row))
     if missing:
         raise ValueError(f"{where} lacks {missing}")
     for field in ("op", "dtype"):
