@@ -120,7 +120,10 @@ def _device_lines(d: dict, detail: bool) -> list[str]:
             cells = []
             for dtype, c in per_dtype.items():
                 via = "" if c["source"] == first else f" ({'portable' if c['source'] == 'portable policy' else c['source']})"
-                cells.append(f"{dtype} narrow {_size(c['narrow'])}, wide {_size(c['wide'])}{via}")
+                narrow, wide = _size(c["narrow"]), _size(c["wide"])
+                cells.append(f"{dtype} {narrow}{via}" if narrow == wide else f"{dtype} narrow {narrow}, wide {wide}{via}")
+            if all(cell.endswith(" never") for cell in cells):
+                cells = ["never"]
             lines += _wrapped(f"{dsl} {op} fires for elements: " + "; ".join(cells), "    ")
     return lines
 

@@ -259,3 +259,25 @@ def test_drift_is_said_once_per_process_with_the_command_to_recalibrate(tmp_path
     assert out.stderr.count("CalibrationDriftWarning") == 1, out.stderr[-3000:]
     assert "python -m python_native bench --calibrate" in out.stderr
     assert "measured with torch 1.0 (running" in out.stdout and "recalibrate" in out.stdout
+
+
+def test_calibration_command_lists_and_deletes_the_users_tables(calib, capsys):
+    from python_native.__main__ import main
+
+    calib.device("cpu")
+    mine = calib.user(table("cpu"))
+    other = calib.user(table("Other GPU/sm80"))
+    assert main(["calibration", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert {t["path"]: t["use"] for t in info["tables"]} == {str(mine): "in force for cpu",
+                                                            str(other): "for a device not seen here"}
+    assert main(["calibration"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Calibration") and f"in force here: {mine}" in text
+    assert main(["calibration", "--device", "cpu"]) == 2  # --device only narrows a deletion
+    capsys.readouterr()
+    assert main(["calibration", "--delete-user-tables", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.strip() == f"deleted {mine}"
+    assert not mine.exists() and other.exists() and calibration.describe()["in_force"] is None
+    assert main(["calibration", "--delete-user-tables"]) == 0
+    assert not other.exists()

@@ -4,6 +4,7 @@ deleting the user's own tables."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "list the calibration tables and what gates each device (tables or the portable policy); delete the user's tables"
 
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from python_native import calibration, report
 
     if args.device and not args.delete_user_tables:
-        print("python -m python_native calibration: --device only goes with --delete-user-tables")
+        print("python -m python_native calibration: --device only goes with --delete-user-tables", file=sys.stderr)
         return 2
     if args.delete_user_tables:
         removed = calibration.store.delete_user_tables(args.device)
@@ -33,5 +34,9 @@ def run(args: argparse.Namespace) -> int:
                   f"{calibration.sources.user_dir()}")
         return 0
     info = calibration.describe()
-    print(report.to_json(info) if args.json else "\n".join(report.calibration_lines(info, detail=True)))
+    if args.json:
+        print(report.to_json(info))
+    else:
+        print("\n".join(["Calibration (where each override beats aten, per device)",
+                         *report.calibration_lines(info, detail=True)]))
     return 0
