@@ -15,6 +15,7 @@ DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
 FRONT = ("PYTHON_NATIVE_FRONT",)
+CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -26,6 +27,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
     (FRONT, "which dispatch front serves: python (the routers alone) or compiled (built if needed); "
             "unset: the compiled front where a build is cached"),
+    (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
+                  "'portable': the portable policy alone; 'off': no gate"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}

@@ -95,3 +95,16 @@ def marked_sub(self, other, alpha=1):
 @pytest.fixture
 def x():
     return torch.arange(6, dtype=torch.float32).reshape(2, 3)
+
+
+@pytest.fixture
+def calib(tmp_path, monkeypatch):
+    """Isolated calibration sources (``calibration_testing.Sources``); everything restored afterwards."""
+    from calibration_testing import Sources
+
+    from python_native import calibration
+
+    yield Sources(tmp_path, monkeypatch)
+    calibration.set_device_key_fn(None)
+    monkeypatch.undo()
+    calibration.reset()
