@@ -57,13 +57,19 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     """
     log = logging.getLogger("python_native")
     calibrated = calibration.gates_needed(dispatch_key)
+    if calibrated:
+        log.info("python_native: calibration gates in force for %s at %s (tables: %s)", dsl, dispatch_key,
+                 ", ".join(p.name for p in calibration.table_paths()))
     handles = []
     for spec in specs:
+        lib = getattr(spec, "lib", "aten")
         if calibrated and calibration.never_wins(spec.op, dsl):
-            log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
+            log.info("python_native: %s %s::%s left out: slower than aten on every calibrated device", dsl, lib, spec.op)
             continue
         try:
-            handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
+            handles.append(REGISTRY.register(dsl, lib, spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
         except Exception:
-            log.exception("python_native: %s override of %s not installed", dsl, spec.op)
+            log.exception("python_native: %s override of %s::%s not installed", dsl, lib, spec.op)
+            continue
+        log.debug("python_native: %s override of %s::%s installed at %s", dsl, lib, spec.op, dispatch_key)
     return handles
