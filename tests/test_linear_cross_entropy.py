@@ -124,3 +124,17 @@ def test_compiled_calls_check_shapes_when_traced():
     with pytest.raises(Exception, match=r"weight must be \(vocabulary > 0, hidden=32\)"):
         compiled(x, w[:, :8], t)
     torch._dynamo.reset()
+
+
+def test_autocast_runs_the_gemms_in_its_dtype_like_f_linear():
+    x, w, t, b = inputs(dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = pn.linear_cross_entropy(x, w, t, b)
+        ref = F.cross_entropy(F.linear(x, w, b), t)
+    assert loss.dtype == ref.dtype == torch.float32  # autocast runs cross-entropy in fp32
+    grads = torch.autograd.grad(loss, (x, w, b))
+    ref_grads = torch.autograd.grad(ref, (x, w, b))
+    torch.testing.assert_close(loss.float(), ref, rtol=2e-2, atol=2e-2)
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, r, rtol=5e-2, atol=5e-3)

@@ -132,7 +132,15 @@ def _autograd_backward(ctx, grad_loss, _grad_lse):
 
 
 def _composite(input, weight, target, bias=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
-    return FORWARD(input, weight, target, bias, reduction, ignore_index, label_smoothing)[0]
+    device = input.device.type
+    if not torch.is_autocast_enabled(device):
+        return FORWARD(input, weight, target, bias, reduction, ignore_index, label_smoothing)[0]
+    # As autocast runs F.linear then F.cross_entropy: the GEMMs in the autocast dtype, the loss in
+    # fp32. The casts sit above autograd, so fp32 parameters get fp32 gradients.
+    dtype = torch.get_autocast_dtype(device)
+    bias = bias.to(dtype) if bias is not None else None
+    loss = FORWARD(input.to(dtype), weight.to(dtype), target, bias, reduction, ignore_index, label_smoothing)[0]
+    return loss.float()
 
 
 # The user-facing overload first: a call of the packet resolves to the first overload that fits.
