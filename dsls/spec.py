@@ -13,12 +13,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class OverrideSpec:
-    """One override: the aten op symbol it replaces, its cond and its impl."""
+    """One override: the op symbol it replaces (in namespace ``lib``: aten's, or ``python_native``
+    for an op the package declares), its cond and its impl."""
 
     op: str
     cond: Callable[..., bool]
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
+    lib: str = "aten"
 
     @classmethod
     def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:
@@ -27,8 +29,8 @@ class OverrideSpec:
         return cls(op, cond, impl, {"impl_takes_plan": True})
 
 
-def has_kernel(op: str, key: str) -> bool:
-    """Whether ``aten::op`` has a kernel at dispatch key ``key`` for an override to fall back to."""
+def has_kernel(op: str, key: str, lib: str = "aten") -> bool:
+    """Whether ``lib::op`` has a kernel at dispatch key ``key`` for an override to fall back to."""
     import torch
 
-    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(f"aten::{op}", key)
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(f"{lib}::{op}", key)

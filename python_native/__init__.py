@@ -24,12 +24,18 @@ from collections.abc import Iterable
 
 import torch
 
-# Features plug into the dispatch core when imported: all of them, before any override registers.
-from python_native import _module, calibration, checked, compiled, dsl_registry, front, native_bridge, snapshot, speckey  # noqa: F401
+# ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
+# dispatch core when imported: all of them, before any override registers. ``ops`` declares the
+# operators the package adds outside aten, before backends attach overrides to them.
+from python_native import logs  # noqa: F401
+
+# isort: split
+from python_native import _module, calibration, checked, compiled, dsl_registry, front, native_bridge, ops, snapshot, speckey  # noqa: F401
 from python_native.checked import OverrideMismatch
 from python_native.controller import DSLController, Scope, dispatch_key_names, dsl_name, op_names
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
+from python_native.ops import linear_cross_entropy
 from python_native.tracing import Trace, TraceEvent
 
 __version__ = "0.1.0"
@@ -54,6 +60,7 @@ __all__ = [
     "status",
     "compile_mode_set",
     "decomposition_table",
+    "linear_cross_entropy",
     "DSLController",
     "OverrideHandle",
     "OverrideMismatch",
@@ -184,6 +191,8 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
     """A bare name (``"bmm"``) names the op's default overload; ``"add"`` has none in the dispatcher."""
     if not isinstance(op_symbol, str) or not isinstance(lib_symbol, str) or "." in op_symbol:
         return
+    if not lib_symbol.isidentifier():
+        return  # the registration's own checks name the bad namespace
     if not op_symbol.isidentifier() or torch._C._dispatch_has_kernel(f"{lib_symbol}::{op_symbol}"):
         return
     prefix = f"{lib_symbol}::{op_symbol}."

@@ -14,6 +14,7 @@ import threading
 from types import ModuleType
 
 from python_native import dsl_registry, env
+from python_native.core.registry import REGISTRY
 
 log = logging.getLogger("python_native")
 
@@ -33,6 +34,7 @@ def load_builtin_dsls() -> None:
     from python_native import _source_tree, native_bridge
 
     _source_tree.alias_backends_folder()
+    _log_switches()
     _guarded("detach torch._native's routers", native_bridge.detach)
     for name, module_name in BUILTIN_DSLS.items():
         _load_backend(name, module_name)
@@ -75,13 +77,41 @@ def backend_loaded(name: str, module: ModuleType) -> None:
         log.exception("python_native: could not register the %s backend", name)
         return
     if env.overrides_disabled():
+        log.info("python_native: %s installs no overrides: %s is set", name, env.DISABLE_ALL[0])
         return
     try:
         can_register = getattr(module, "can_register", module.runtime_available)
-        if can_register():
-            module.register_overrides()
+        if not can_register():
+            if log.isEnabledFor(logging.INFO):
+                log.info("python_native: %s overrides not installed: %s", name,
+                         dsl_registry.unavailable_reason(name) or "its runtime cannot run here")
+            return
+        handles = module.register_overrides()
     except Exception:
         log.exception("python_native: could not register the %s overrides", name)
+        return
+    if log.isEnabledFor(logging.INFO):
+        _log_installed(name, module, handles or [])
+
+
+def _log_installed(name: str, module: ModuleType, handles: list) -> None:
+    """What a backend installed: how many overrides where, families left out, whether switched off."""
+    keys = sorted({h.dispatch_key for h in handles})
+    log.info("python_native: %s installed %d overrides at %s", name, len(handles), ", ".join(keys) or "no key")
+    skipped = getattr(module, "skipped_overrides", None)
+    for family, why in (skipped() if callable(skipped) else {}).items():
+        log.info("python_native: %s left out %s: %s", name, family, why)
+    if handles and REGISTRY.is_off("dsl", name):
+        log.info("python_native: %s overrides installed switched off (pn.%s.enable() routes to them)", name, name)
+
+
+def _log_switches() -> None:
+    """The environment switches set for this process, each with what it does."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for switch in env.current():
+        if switch["value"] is not None:
+            log.info("python_native: %s=%s in force: %s", switch["set_by"], switch["value"], switch["meaning"])
 
 
 def _renew_lock_in_child() -> None:

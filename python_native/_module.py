@@ -21,7 +21,7 @@ PUBLIC_API = (
     "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
     "reorder_overrides", "overrides", "router_source", "trace", "status",
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
-    "compile_mode", "compile_mode_set", "decomposition_table",
+    "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 

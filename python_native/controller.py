@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from python_native import dsl_registry, schema
+from python_native import declared, dsl_registry, schema
 from python_native.core.registry import REGISTRY
 from python_native.dispatch_keys import check_switchable_keys
 
@@ -82,7 +82,8 @@ def op_names(values: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 def _op_symbol(value: Any) -> str:
-    """What a user may name an op by, as a symbol: ``"bmm"``, ``"aten::bmm"``, ``torch.ops.aten.bmm(.default)``."""
+    """What a user may name an op by, as a symbol: ``"bmm"``, ``"aten::bmm"``, ``torch.ops.aten.bmm(.default)``,
+    ``"python_native::linear_cross_entropy"``."""
     if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         value = value.name() if isinstance(value, torch._ops.OpOverload) else value._qualified_op_name
     if not isinstance(value, str):
@@ -91,13 +92,20 @@ def _op_symbol(value: Any) -> str:
         )
     namespace, sep, rest = value.partition("::")
     if sep:
-        if namespace not in schema.OVERRIDABLE_NAMESPACES:
+        allowed = _namespaces()
+        if namespace not in allowed:
             raise ValueError(
-                f"op {value!r} is in namespace {namespace!r}; python_native overrides only "
-                f"{list(schema.OVERRIDABLE_NAMESPACES)}"
+                f"op {value!r} is in namespace {namespace!r}, where no override sits; "
+                f"overrides here sit in {list(allowed)}"
             )
         value = rest
     return value
+
+
+def _namespaces() -> tuple[str, ...]:
+    """Where overrides may sit: aten, the package's own namespace (declared ops), and any other
+    namespace an override was registered in. Switches name ops without their namespace."""
+    return tuple(dict.fromkeys(("aten", declared.NAMESPACE, *(o.lib for o in REGISTRY.overrides()))))
 
 
 def _check_op_names(values: Iterable[Any]) -> tuple[tuple[str, ...], bool]:
@@ -109,9 +117,7 @@ def _check_op_names(values: Iterable[Any]) -> tuple[tuple[str, ...], bool]:
             continue
         packet, overload = schema.split_symbol(value)
         name = schema.qualify(packet, overload)
-        if name not in known and not any(
-            schema.op_exists(ns, name) for ns in schema.OVERRIDABLE_NAMESPACES
-        ):
+        if name not in known and not any(schema.op_exists(ns, name) for ns in _namespaces()):
             close = difflib.get_close_matches(name, sorted(REGISTRY.known_op_names()), n=3, cutoff=0.6)
             close = close or schema.close_op_names("aten", name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -59,12 +59,15 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     log = logging.getLogger("python_native")
     handles = []
     for spec in specs:
+        lib = getattr(spec, "lib", "aten")
         why = calibration.leave_out(spec.op, dsl, dispatch_key)
         if why is not None:
-            log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
+            log.info("python_native: %s %s::%s left out: %s", dsl, lib, spec.op, why)
             continue
         try:
-            handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
+            handles.append(REGISTRY.register(dsl, lib, spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
         except Exception:
-            log.exception("python_native: %s override of %s not installed", dsl, spec.op)
+            log.exception("python_native: %s override of %s::%s not installed", dsl, lib, spec.op)
+            continue
+        log.debug("python_native: %s override of %s::%s installed at %s", dsl, lib, spec.op, dispatch_key)
     return handles

@@ -47,6 +47,13 @@ def render(data: dict) -> str:
         )
         if o.get("slot_overrides", 1) > 1:
             lines += _wrapped(_order_note(o))
+    if data.get("declared_ops"):
+        lines += ["", "Ops declared outside aten (overrides attach to them; their reference runs otherwise)"]
+        op_width = max(len(d["op"]) for d in data["declared_ops"])
+        for d in data["declared_ops"]:
+            lines.append(f"  {d['op']:<{op_width}}  {d['kind']}{', autograd' if d['autograd'] else ''}")
+            if d["doc"]:
+                lines += _wrapped(d["doc"])
     if "compile" in data:
         c = data["compile"]
         lines += ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native import calibration, compiled, dsl_registry, env, front, native_bridge
+from python_native import calibration, compiled, declared, dsl_registry, env, front, native_bridge
 from python_native.core.registry import REGISTRY
 
 LEGEND = {
@@ -54,7 +54,8 @@ def _order_of(o) -> dict:
 
 
 def collect() -> dict:
-    """Torch version, every DSL, every override, the environment switches and a legend."""
+    """Torch version, every DSL, every override, the ops declared outside aten, the environment
+    switches and a legend."""
     dsls = []
     for name in dsl_registry.names():
         version = dsl_registry.version(name)
@@ -85,10 +86,15 @@ def collect() -> dict:
         }
         for o in REGISTRY.overrides()
     ]
+    declared_ops = [
+        {"op": f"{declared.NAMESPACE}::{d.name}", "kind": d.kind, "autograd": d.autograd, "doc": d.doc}
+        for d in declared.declared()
+    ]
     return {
         "torch": torch.__version__,
         "dsls": dsls,
         "overrides": overrides,
+        "declared_ops": declared_ops,
         "calibration": calibration.describe(),
         "compile": compiled.describe(),
         "front": front.describe(),

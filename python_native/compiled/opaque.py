@@ -2,6 +2,10 @@
 
 A twin has its aten op's schema. Under fake tensors it runs aten's meta kernel; for real it
 calls the aten op through the dispatcher, so the override router decides at run time.
+
+Twins take their aten op's name in the ``python_native`` namespace; ops the package declares there
+(``python_native.declared``) take names aten does not have, and are opaque in compiled graphs by
+themselves. Should aten ever grow a declared op's name, that op gets no twin (``not_opaque`` says why).
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ from typing import Any
 
 import torch
 
+from python_native import declared
 from python_native.core.registry import REGISTRY
 
-NAMESPACE = "python_native"
+NAMESPACE = declared.NAMESPACE
 
 _lock = threading.RLock()
 _library: torch.library.Library | None = None
@@ -55,6 +60,8 @@ def opaque_op(aten_op: Any) -> Any | None:
         schema = aten_op._schema
         name = aten_op.name().split("::", 1)[1]
         problem = _schema_problem(schema)
+        if problem is None and declared.is_declared(name.partition(".")[0]):
+            problem = f"{NAMESPACE}::{name.partition('.')[0]} is an op the package declares"
         if problem is not None:
             _unsupported[name] = problem
             return None

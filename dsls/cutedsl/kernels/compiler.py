@@ -27,6 +27,7 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
+from python_native import logs
 from python_native.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.speckey import SpecializationCache
 
@@ -116,11 +117,30 @@ def entry_key(v: Variant, arch: str) -> EntryKey:
 
 
 def build(v: Variant, arch: str, cache: KernelCache | None = None) -> tuple[bytes, bool, float]:
-    """``(object, cached, milliseconds)``: from the disk cache, or compiled and stored there."""
+    """``(object, cached, milliseconds)``: from the disk cache, or compiled and stored there.
+
+    Each build is a compile event (``TORCH_LOGS=python_native_compile``), cache hits included."""
     cache = cache if cache is not None else KernelCache()
     start = time.perf_counter()
     payload, cached = cache.get_or_build(entry_key(v, arch), lambda: compile_to_object(v, arch))
-    return payload, cached, (time.perf_counter() - start) * 1e3
+    seconds = time.perf_counter() - start
+    if logs.compile_logging():
+        flags = "+".join(sorted(v.flags)) or "no flags"
+        logs.kernel_compiled("cutedsl", op_of(v), "CUDA", seconds, v.kernel,
+                             detail=f"{arch}, {v.dtype} -> {v.out_dtype}, {v.threads} threads, {flags}, "
+                                    + ("read from the kernel cache" if cached else "compiled"))
+    return payload, cached, seconds * 1e3
+
+
+def op_of(v: Variant) -> str:
+    """The aten op a variant's program serves (its kernel family and flags say which)."""
+    rms, log = "rms" in v.flags, "log" in v.flags
+    return {
+        "norm_forward": "_fused_rms_norm" if rms else "native_layer_norm",
+        "norm_backward": "_fused_rms_norm_backward" if rms else "native_layer_norm_backward",
+        "softmax_forward": "_log_softmax" if log else "_softmax",
+        "softmax_backward": "_log_softmax_backward_data" if log else "_softmax_backward_data",
+    }.get(v.kernel, v.kernel)
 
 
 _loaded_modules: list[Any] = []  # loaded code must outlive every function taken from it

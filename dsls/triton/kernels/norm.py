@@ -51,7 +51,8 @@ def _norm_fwd_kernel(
     tl.store(Y + rows[:, None] * n_cols + cols[None, :], cast_out(y, Y.dtype.element_ty), mask=mask)
 
 
-_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"), fresh=("Y", "MEAN", "RSTD"))
+_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"), fresh=("Y", "MEAN", "RSTD"),
+               op="native_layer_norm, _fused_rms_norm")
 
 
 def run_forward(

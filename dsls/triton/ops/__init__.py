@@ -21,18 +21,18 @@ def all_overrides() -> list[OverrideSpec]:
     forward there would route ``F.rms_norm``'s backward to that missing kernel.
     """
     from ..plans import layout
-    from . import activations, bmm, layer_norm, rms_norm, softmax
+    from . import activations, bmm, layer_norm, linear_cross_entropy, rms_norm, softmax
 
     layout.backend_device.cache_clear()
     key = dispatch_key()
-    families = [layer_norm, rms_norm, softmax, activations, bmm]
+    families = [layer_norm, rms_norm, softmax, activations, bmm, linear_cross_entropy]
     SKIPPED.clear()
     specs = []
     for family in families:
-        missing = next((s.op for s in family.OVERRIDES if not has_kernel(s.op, key)), None)
+        missing = next((f"{s.lib}::{s.op}" for s in family.OVERRIDES if not has_kernel(s.op, key, s.lib)), None)
         if missing is None:
             specs += family.OVERRIDES
         else:
-            SKIPPED[family.__name__.rpartition(".")[2]] = f"aten::{missing} has no kernel at {key} to fall back to"
+            SKIPPED[family.__name__.rpartition(".")[2]] = f"{missing} has no kernel at {key} to fall back to"
     return specs
 
