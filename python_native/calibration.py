@@ -360,6 +360,18 @@ def _loses_everywhere(per_key: dict[tuple[str, str], dict[str, Verdicts]], op: s
     return bool(rows) and all(all(v is False for v in verdicts) for verdicts in rows)
 
 
+def has_evidence(op: str, dsl: str) -> bool:
+    """Whether a table in force here has rows of ``dsl`` for ``op``: any table named by
+    ``PYTHON_NATIVE_CALIBRATION``, else the packaged table of every GPU model NVML lists."""
+    try:
+        tables = _ensure_loaded()
+    except (OSError, ValueError):
+        return False
+    keys = tables if os.environ.get(ENV_VAR, "").strip() else nvml.device_keys()
+    covered = [any(o == op and dsl in per_dsl for (o, _), per_dsl in tables.get(key, {}).items()) for key in keys or ()]
+    return any(covered) if keys is tables else bool(covered) and all(covered)
+
+
 _UNRESOLVED = object()
 _gate_caches: list[dict] = []  # every gate's resolved verdicts, emptied by reset()
 # op -> {dsl -> its own cond}: the gated overrides of each op, so a gate can ask whether a faster rival serves.
