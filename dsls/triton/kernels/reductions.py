@@ -7,9 +7,9 @@ the end. Sums and products accumulate in fp32 (fp64 for fp64, int64 for integers
 aten's do); max and min compare in the same types, which hold every input value exactly.
 
 NaN and ties follow aten: a NaN wins every comparison (max and min return it, argmax and argmin its
-first index) and among equal values the first index wins. ``better`` is that order, used both by
-the lanes and by the final combine, so the result does not depend on how lanes are grouped: the
-same rule picks the same element from partial slices on the split path (``plans.reduce``).
+first index) and among equal values the first index wins. ``_better`` is that order for the lanes
+(and for the partial slices of the split path, ``plans.reduce``, merged as lanes are), and the
+final combine keeps it: the lanes' extreme, then the smallest index holding it.
 """
 
 from __future__ import annotations
@@ -61,18 +61,6 @@ def _better(a, ia, b, ib, OP: tl.constexpr):
     else:
         wins = a < b
     return (a_nan & ~b_nan) | (~b_nan & wins) | (((a == b) | (a_nan & b_nan)) & (ia < ib))
-
-
-@triton.jit
-def _argmax_combine(a, ia, b, ib):
-    take = _better(a, ia, b, ib, _MAX)
-    return tl.where(take, a, b), tl.where(take, ia, ib)
-
-
-@triton.jit
-def _argmin_combine(a, ia, b, ib):
-    take = _better(a, ia, b, ib, _MIN)
-    return tl.where(take, a, b), tl.where(take, ia, ib)
 
 
 @triton.jit
@@ -129,21 +117,30 @@ def _step(acc, acc_i, x, idx, OP: tl.constexpr, WITH_INDEX: tl.constexpr):
 @triton.jit
 def _finish(acc, acc_i, divisor, axis: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, WITH_INDEX: tl.constexpr,
             FINAL: tl.constexpr):
-    """The lanes combined along ``axis``; a mean divides its sum by ``divisor`` in the last launch."""
-    if WITH_INDEX:
-        if OP == _MAX:
-            value, index = tl.reduce((acc, acc_i), axis, _argmax_combine)
-        else:
-            value, index = tl.reduce((acc, acc_i), axis, _argmin_combine)
+    """The lanes combined along ``axis``; a mean divides its sum by ``divisor`` in the last launch.
+
+    max/min: the extreme of the lanes, NaN where a lane holds one (the hardware's max drops NaN),
+    and for the index the smallest index among the lanes holding that value (each lane's index is
+    the first of its own extreme), so the first NaN or the first of equal values wins.
+    """
+    if OP == _SUM or OP == _MEAN:
+        value = tl.sum(acc, axis)
+    elif OP == _PROD:
+        value = tl.reduce(acc, axis, _mul_combine)
     else:
-        if OP == _SUM or OP == _MEAN:
-            value = tl.sum(acc, axis)
-        elif OP == _PROD:
-            value = tl.reduce(acc, axis, _mul_combine)
-        elif OP == _MAX:
-            value = tl.reduce(acc, axis, _max_combine)
+        if OP == _MAX:
+            value = tl.max(acc, axis)
         else:
-            value = tl.reduce(acc, axis, _min_combine)
+            value = tl.min(acc, axis)
+        if ACC.is_floating():
+            nan_lane = acc != acc
+            value = tl.where(tl.max(nan_lane.to(tl.int32), axis) > 0, float("nan"), value)
+            hit = nan_lane | (acc == tl.expand_dims(value, axis))
+        else:
+            hit = acc == tl.expand_dims(value, axis)
+    if WITH_INDEX:
+        index = tl.min(tl.where(hit, acc_i, _NO_INDEX), axis)
+    else:
         index = value  # no index: never stored
     if OP == _MEAN and FINAL:
         count = tl.zeros([], ACC) + divisor

@@ -112,12 +112,14 @@ def _col_stage(v: ReduceView, red_span: int, with_index: bool, n_slices: int) ->
     return Stage((v.n_outer, cdiv(v.n_inner, block_i), n_slices), warps, block_r, block_i)
 
 
-def _slicing(kept_programs: int, n_red: int, step: int) -> tuple[int, int]:
+def _slicing(kept_programs: int, n_red: int, step: int, width: int) -> tuple[int, int]:
     """``(slices, slice length)``: one slice unless the kept positions leave programs idle and the
-    reduced axis is long; slice lengths are whole steps."""
-    if kept_programs >= TARGET_PROGRAMS or n_red < 2 * MIN_SLICE:
+    reduced axis is long (a slice covers at least ``MIN_SLICE`` elements of ``width`` columns);
+    slice lengths are whole steps."""
+    shortest = max(step, cdiv(MIN_SLICE, width))
+    if kept_programs >= TARGET_PROGRAMS or n_red < 2 * shortest:
         return 1, n_red
-    slices = min(n_red // MIN_SLICE, cdiv(TARGET_PROGRAMS, kept_programs))
+    slices = min(n_red // shortest, cdiv(TARGET_PROGRAMS, kept_programs))
     length = cdiv(cdiv(n_red, slices), step) * step
     return cdiv(n_red, length), length
 
@@ -139,7 +141,7 @@ def reduce_plan(
     serial = next(_serials)
     if v.n_inner == 1:
         first = _row_stage(v.n_outer, v.n_red, with_index, 1)
-        n_slices, length = _slicing(first.grid[0], v.n_red, first.block_b)
+        n_slices, length = _slicing(first.grid[0], v.n_red, first.block_b, 1)
         if n_slices == 1:
             return ReducePlan(op, v, out_shape, values_dtype, with_index, cast_dtype, acc_dtype, True, 1, v.n_red,
                               first, None, serial)
@@ -150,7 +152,7 @@ def reduce_plan(
     first = _col_stage(v, v.n_red, with_index, 1)
     if first.grid[1] > MAX_GRID_YZ:
         return None
-    n_slices, length = _slicing(first.grid[0] * first.grid[1], v.n_red, first.block_a)
+    n_slices, length = _slicing(first.grid[0] * first.grid[1], v.n_red, first.block_a, first.block_b)
     if n_slices == 1:
         return ReducePlan(op, v, out_shape, values_dtype, with_index, cast_dtype, acc_dtype, False, 1, v.n_red,
                           first, None, serial)
