@@ -1,41 +1,30 @@
-"""Overrides no GPU has timed yet stay off at GPU keys until a calibration table has rows for them,
+"""Overrides no GPU has timed yet stay off at GPU keys until a calibration source speaks for them,
 and the status report says why."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-import python_native as pn  # noqa: F401  (first: registers the backends)
+import python_native as pn
 
 # isort: split
-from python_native import calibration, dsl_support, env, nvml, report
+from calibration_testing import H100, H100_PROPS, H200, rows_winning_from, table
+
+from python_native import calibration, dsl_support, env, report
 from python_native.core.registry import REGISTRY
 from python_native_dsls.spec import OverrideSpec
 from python_native_dsls.triton.ops import SKIPPED, reductions
 
-GPU = "Fake GPU 80GB/sm99"
-
-
-def _table(tmp_path, rows: list[dict], device: str = GPU, name: str = "table.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps({"format": calibration.FORMAT, "device": device, "rows": rows}))
-    return path
-
 
 @pytest.fixture
-def clean(monkeypatch, tmp_path):
-    """No opt-in, no tables (an empty folder), a machine of one fake GPU model."""
+def clean(calib, monkeypatch):
+    """No opt-in, no table anywhere, a machine of H100s."""
     monkeypatch.delenv(env.UNMEASURED[0], raising=False)
-    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))
-    monkeypatch.setattr(nvml, "device_keys", lambda: frozenset({GPU}))
-    calibration.reset()
-    yield
-    calibration.reset()
+    calib.gpus([H100])
+    return calib
 
 
-def test_unmeasured_ops_stay_off_gpus_without_evidence(clean, monkeypatch, tmp_path):
+def test_unmeasured_ops_stay_off_gpus_without_evidence(clean, monkeypatch):
     why = dsl_support.unmeasured_reason("amax", "triton", "CUDA")
     assert why is not None and "PYTHON_NATIVE_UNMEASURED=1" in why and "calibration table" in why
     assert dsl_support.unmeasured_reason("amax", "triton", "CPU") is None  # the interpreter: speed is no question
@@ -43,29 +32,23 @@ def test_unmeasured_ops_stay_off_gpus_without_evidence(clean, monkeypatch, tmp_p
     assert dsl_support.unmeasured_reason("amax", "triton", "CUDA") is None
 
 
-def test_a_table_with_rows_for_the_op_is_evidence(clean, monkeypatch, tmp_path):
-    _table(tmp_path, [{"op": "amax", "dtype": "bfloat16", "bucket": 20, "wins": True, "dsl": "triton"}])
-    calibration.reset()
+def test_a_table_with_rows_for_the_op_is_evidence(clean):
+    clean.ship(table(H100.key, rows_winning_from("amax", "bfloat16", {0: 20, 1: 20})))
     assert dsl_support.unmeasured_reason("amax", "triton", "CUDA") is None
     assert dsl_support.unmeasured_reason("amin", "triton", "CUDA") is not None  # rows for another op only
     assert dsl_support.unmeasured_reason("amax", "cutedsl", "CUDA") is not None  # rows of another DSL only
+    clean.gpus([H100, H200])  # an H200 beside it: the H100's table does not speak for the H200
+    assert not calibration.has_evidence("amax", "triton", "CUDA")
+    clean.gpus(None)  # NVML cannot tell: any GPU may serve
+    assert not calibration.has_evidence("amax", "triton", "CUDA")
 
 
-@pytest.mark.parametrize("machine, evidence", [
-    (frozenset({GPU}), True), (frozenset({"Other GPU/sm80"}), False), (frozenset({GPU, "Other GPU/sm80"}), False),
-    (None, False),
-])
-def test_packaged_tables_are_evidence_for_the_models_they_cover(monkeypatch, tmp_path, machine, evidence):
-    _table(tmp_path, [{"op": "amax", "dtype": "float32", "bucket": 9, "wins": False}], name="fake_gpu_80gb_sm99.json")
-    monkeypatch.delenv(calibration.ENV_VAR, raising=False)
-    monkeypatch.delenv(env.UNMEASURED[0], raising=False)
-    monkeypatch.setattr(calibration, "PACKAGED_DIR", tmp_path)
-    monkeypatch.setattr(nvml, "device_keys", lambda: machine)
-    calibration.reset()
-    try:
-        assert calibration.has_evidence("amax", "triton") is evidence
-    finally:
-        calibration.reset()
+def test_the_portable_policy_carries_a_shipped_table_to_other_gpus(clean):
+    clean.ship(table("Reference GPU/sm90", rows_winning_from("amax", "float32", {0: 18, 1: 18}),
+                     device_properties=H100_PROPS))
+    clean.gpus([H200])
+    assert calibration.has_evidence("amax", "triton", "CUDA")
+    assert not calibration.has_evidence("argmax", "triton", "CUDA")
 
 
 def test_registration_leaves_them_out_and_says_why(clean, monkeypatch):
@@ -82,7 +65,7 @@ def test_registration_leaves_them_out_and_says_why(clean, monkeypatch):
     assert registered == [spec.op for spec in reductions.OVERRIDES]
 
 
-def test_status_lists_the_reason(clean, monkeypatch):
+def test_status_lists_the_reason(clean):
     saved = dict(SKIPPED)
     SKIPPED["amax"] = dsl_support.unmeasured_reason("amax", "triton", "CUDA")
     try:
