@@ -16,6 +16,7 @@ TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
 FRONT = ("PYTHON_NATIVE_FRONT",)
 CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
+UNMEASURED = ("PYTHON_NATIVE_UNMEASURED",)
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -29,6 +30,7 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
             "unset: the compiled front where a build is cached"),
     (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
                   "'portable': the portable policy alone; 'off': no gate"),
+    (UNMEASURED, "install overrides no GPU has timed yet at GPU keys too (to calibrate or test them)"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
@@ -91,6 +93,11 @@ def front_setting() -> str | None:
     """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
     value = _first(FRONT)
     return value.lower() if value is not None else None
+
+
+def unmeasured_allowed() -> bool:
+    """Overrides no calibration table has timed are installed at GPU keys too (read at registration)."""
+    return _flag(UNMEASURED)
 
 
 def current() -> list[dict[str, str | None]]:

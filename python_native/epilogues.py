@@ -4,8 +4,8 @@ A DSL author writes ``add.Tensor`` once; the registry can route ``add_.Tensor`` 
 to the same cond and impl, and the generated router finishes the job as aten would: copy into
 ``self`` or ``out`` (resizing ``out`` as aten does) and return the alias. Whenever the result could
 not be written the way aten writes it (a broadcast that would grow ``self``, a dtype aten refuses
-to cast to, another device), the router hands the call to aten's own kernel, which raises
-exactly the error aten raises.
+to cast to, an ``out`` of another dtype, another device), the router hands the call to aten's own
+kernel, which computes or raises exactly as aten does.
 """
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ def fits_inplace(result: torch.Tensor, target: torch.Tensor) -> bool:
 
 
 def fits_out(result: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether aten's out= kernel would accept ``out`` for ``result`` (it may resize it)."""
-    return result.device == out.device and torch.can_cast(result.dtype, out.dtype)
+    """Whether writing ``result`` into ``out`` (resized as aten resizes it) is what aten's out= kernel does.
+
+    ``out`` must have the result's dtype: given another, aten's kernels do not all cast the
+    functional result (reductions compute in the out's dtype, and many refuse a different one),
+    so such calls go to aten.
+    """
+    return result.dtype == out.dtype and result.device == out.device
 
 
 def write_out(result: torch.Tensor, out: torch.Tensor) -> None:

@@ -82,14 +82,21 @@ def register_overrides() -> list:
     """Install every op of the library at the CUDA key; returns the handles."""
     from python_native import dsl_support
 
-    from .ops import all_overrides
+    from .ops import SKIPPED, all_overrides
 
-    handles = dsl_support.register_specs(NAME, "CUDA", all_overrides())
+    handles = dsl_support.register_specs(NAME, "CUDA", all_overrides(), SKIPPED)
     if handles and not opted_in():
         from python_native import controller
 
         controller.DSLController(NAME).disable()
     return handles
+
+
+def skipped_overrides() -> dict[str, str]:
+    """Ops not installed here, each with why (for the status report)."""
+    from .ops import SKIPPED
+
+    return dict(SKIPPED)
 
 
 # Last, and the only module-level import of python_native: the module is complete, so the control

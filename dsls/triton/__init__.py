@@ -73,13 +73,13 @@ def register_overrides() -> list:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from python_native import dsl_support
 
-    from .ops import all_overrides
+    from .ops import SKIPPED, all_overrides
 
-    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides())
+    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides(), SKIPPED)
 
 
 def skipped_overrides() -> dict[str, str]:
-    """Op families not installed here, each with why (for the status report)."""
+    """Op families (and single ops) not installed here, each with why (for the status report)."""
     from .ops import SKIPPED
 
     return dict(SKIPPED)

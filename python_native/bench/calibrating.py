@@ -61,7 +61,18 @@ def _calibration_args() -> dict[str, CalibArgs]:
         "gelu_backward": lambda x, dy: (dy, x),
         # An outer product per batch entry: the first operand has as many elements as x.
         "bmm": lambda x, dy: (x.reshape(x.shape[0], x.shape[1], 1), torch.ones_like(x[:, :16]).reshape(-1, 1, 16)),
+        # Reductions over the rows of x (the gate's width class is their length).
+        "sum.dim_IntList": lambda x, dy: (x, [-1]), "mean.dim": lambda x, dy: (x, [-1]),
+        "prod.dim_int": lambda x, dy: (x, -1), "amax": lambda x, dy: (x, [-1]), "amin": lambda x, dy: (x, [-1]),
+        "argmax": lambda x, dy: (x, -1), "argmin": lambda x, dy: (x, -1), "max.dim": lambda x, dy: (x, -1),
+        "min.dim": lambda x, dy: (x, -1),
     }
+
+
+def aten_op(symbol: str) -> Any:
+    """The overload packet's entry for ``symbol`` (``_softmax``, ``sum.dim_IntList``)."""
+    packet, _, overload = symbol.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
 
 def calibration_shapes(quick: bool) -> list[tuple[int, int]]:
@@ -175,7 +186,7 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
     rows: list[dict[str, Any]] = []
     with calibration.suspended():
         for symbol, dsls, dtype, shape in steps:
-            op = getattr(torch.ops.aten, symbol)
+            op = aten_op(symbol)
             x = torch.randn(*shape, device=device, dtype=dtype)
             args = builders[symbol](x, torch.randn_like(x))
             base: float | None = None

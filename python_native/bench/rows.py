@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer")
+# Reductions over one dim (the last, or the first for ``sum_dim0``): forward only, their backward
+# formulas are aten's (expand, scatter, a masked division).
+REDUCTIONS = ("sum", "sum_dim0", "mean", "prod", "amax", "amin", "argmax", "argmin", "max_dim", "min_dim")
+OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer", *REDUCTIONS)
 
 # Bytes moved per element of the input, in units of its element size: forward reads x and writes y
 # (2); backward reads x (or y) and dy and writes dx (3). Weights and per-row statistics are ignored.
@@ -76,9 +79,14 @@ _GRID = [
 ]
 
 
+# Reductions at LLM shapes: hidden states, MLP rows, many narrow rows, and one vocabulary row (sampling).
+_REDUCE_ROWS = [(4096, 4096), (8192, 4096), (32768, 1024), (1, 128256)]
+_REDUCE_DTYPES = (torch.bfloat16, torch.float32)
+
+
 def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None) -> list[Case]:
     """The rows to measure: the named LLM shapes first (bf16 unless stated) whose dtype is among
-    ``dtypes``, then the grid per dtype."""
+    ``dtypes``, the reductions at their shapes in bf16 and fp32, then the grid per dtype."""
     wanted = set(ops or OPS)
     out: list[Case] = []
     if not quick:
@@ -86,6 +94,11 @@ def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None 
             dtype = getattr(torch, dtype_name or "bfloat16")
             if op in wanted and dtype in dtypes:
                 out.append(Case(op, mode, shape, dtype))
+        for op in (op for op in REDUCTIONS if op in wanted):
+            out += [Case(op, "fwd", shape, dtype) for dtype in _REDUCE_DTYPES if dtype in dtypes for shape in _REDUCE_ROWS]
+    if quick:
+        for dtype in dtypes:
+            out += [Case(op, "fwd", shape, dtype) for op in REDUCTIONS if op in wanted for shape in [(4, 64), (7, 100)]]
     for dtype in dtypes:
         for m, n in [(4, 64), (7, 100)] if quick else _FULL_ROWS:
             out += [c for op, mode in _GRID if op in wanted and (c := Case(op, mode, (m, n), dtype)) not in out]
@@ -138,12 +151,31 @@ def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
         "gelu": lambda i: F.gelu(i.x),
         "gelu_tanh": lambda i: F.gelu(i.x, approximate="tanh"),
         "bmm_outer": lambda i: torch.bmm(i.x, i.c),
+        "sum": lambda i: i.x.sum(-1),
+        "sum_dim0": lambda i: i.x.sum(0),
+        "mean": lambda i: i.x.mean(-1),
+        "prod": lambda i: i.x.prod(-1),
+        "amax": lambda i: i.x.amax(-1),
+        "amin": lambda i: i.x.amin(-1),
+        "argmax": lambda i: i.x.argmax(-1),
+        "argmin": lambda i: i.x.argmin(-1),
+        "max_dim": lambda i: torch.max(i.x, -1).values,
+        "min_dim": lambda i: torch.min(i.x, -1).values,
     }
     return table[op]
 
 
+def _reduction_bytes(case: Case, itemsize: int) -> int:
+    """The input read once, and each kept position's value (input dtype) and/or index (int64) written."""
+    kept = case.shape[-1] if case.op == "sum_dim0" else math.prod(case.shape[:-1])
+    per_kept = {"argmax": 8, "argmin": 8, "max_dim": itemsize + 8, "min_dim": itemsize + 8}.get(case.op, itemsize)
+    return math.prod(case.shape) * itemsize + kept * per_kept
+
+
 def bytes_moved(case: Case) -> int:
     itemsize = torch.empty((), dtype=case.dtype).element_size()
+    if case.op in REDUCTIONS:
+        return _reduction_bytes(case, itemsize)
     if case.op == "bmm_outer":
         bsz, m, n = case.shape
         return (bsz * m * n + bsz * (m + n)) * itemsize

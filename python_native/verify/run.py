@@ -116,8 +116,8 @@ def _why_not_here(o) -> str | None:
 def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[torch.dtype] = DTYPES) -> dict:
     """Check the installed overrides (only ``op``'s and its backward's when given); returns the report."""
     overrides = [o for o in pn.overrides() if o.derived_from is None]
-    if op is not None:
-        overrides = [o for o in overrides if o.op == op or FORWARD_OF.get(o.op) == op]
+    if op is not None:  # a name, qualified or bare (``sum`` names ``sum.dim_IntList``), and the backward of it
+        overrides = [o for o in overrides if op in (o.op, o.op.partition(".")[0], FORWARD_OF.get(o.op))]
         if not overrides:
             installed = sorted({o.op for o in pn.overrides()})
             raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}")

@@ -30,6 +30,10 @@ CASES = [
     ("softmax_forward", "bfloat16", "bfloat16", 512, {"vec"}),
     ("softmax_backward", "float32", "float16", 256, set()),
     ("softmax_backward", "float32", "float32", 128, {"log"}),
+    ("row_reduce", "bfloat16", "bfloat16", 128, {"sum"}),
+    ("row_reduce", "float32", "float32", 512, {"mean", "vec"}),
+    ("row_reduce", "float16", "float16", 256, {"max", "vec"}),
+    ("row_reduce", "bfloat16", "bfloat16", 128, {"min"}),
 ]
 
 
@@ -109,6 +113,14 @@ def test_backward_kernels_have_no_vec_variant(compiler):
 
     with pytest.raises(ValueError, match="'norm_backward' has no vectorized variant"):
         compiler.compile_to_object(Variant("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
+
+
+def test_row_reduce_needs_one_reduction_flag(compiler):
+    from python_native_dsls.cutedsl.variant import Variant
+
+    for flags in ({"vec"}, {"sum", "max"}):
+        with pytest.raises(ValueError, match="row_reduce needs exactly one of the flags"):
+            compiler.compile_to_object(Variant("row_reduce", "float32", "float32", 128, frozenset(flags)), "sm_90a")
 
 
 def test_unknown_kernel_is_named(compiler):

@@ -33,16 +33,19 @@ from python_native.speckey import SpecializationCache
 
 from ..target import runtime_version
 from ..variant import Variant
-from . import norm, softmax
+from . import norm, reduce, softmax
 
 # Every source a binary is built from: the kernels, this compiler, and the variant that names it.
 _BACKEND_DIR = Path(__file__).parent.parent
 SOURCES = [
     _BACKEND_DIR / name
-    for name in ("kernels/_blocks.py", "kernels/norm.py", "kernels/softmax.py", "kernels/compiler.py", "variant.py")
+    for name in (
+        "kernels/_blocks.py", "kernels/norm.py", "kernels/reduce.py", "kernels/softmax.py", "kernels/compiler.py",
+        "variant.py",
+    )
 ]
 
-VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward"})
+VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward", "row_reduce"})
 DTYPES = {"float32": cutlass.Float32, "float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 
@@ -83,9 +86,15 @@ def _program(v: Variant) -> tuple[Any, tuple]:
     elif v.kernel == "softmax_backward":
         fn = softmax.backward_program(v.threads, "log" in f)
         args = (_rows(x), _rows(x), _rows(out), stream)
+    elif v.kernel == "row_reduce":
+        kinds = [k for k in reduce.KINDS if k in f]
+        if len(kinds) != 1:
+            raise ValueError(f"row_reduce needs exactly one of the flags {list(reduce.KINDS)}, got {sorted(f)}")
+        fn = reduce.program(v.threads, vec, kinds[0])
+        args = (_rows(x, vec), _vector(out), stream)
     else:
         raise ValueError(f"unknown CuTe DSL kernel {v.kernel!r}; expected one of norm_forward, norm_backward, "
-                         "softmax_forward, softmax_backward")
+                         "softmax_forward, softmax_backward, row_reduce")
     return fn, args
 
 
