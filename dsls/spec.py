@@ -19,12 +19,15 @@ class OverrideSpec:
     cond: Callable[..., bool]
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
+    measured: bool = True
+    """False until a GPU has timed it against aten: then it stays off at CUDA where no calibration table covers it."""
 
     @classmethod
-    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:
+    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
+                **options: Any) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond."""
-        return cls(op, cond, impl, {"impl_takes_plan": True})
+        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured)
 
 
 def has_kernel(op: str, key: str) -> bool:

@@ -354,6 +354,18 @@ def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
     return per_key is not None and _loses_everywhere(per_key, op, dsl)
 
 
+def covers(op: str, dsl: str = DEFAULT_DSL) -> bool:
+    """Whether a table that could apply at the CUDA key here (``gates_needed``) has rows of ``dsl``'s
+    ``op``: registration keeps ops no GPU has timed off CUDA unless one does."""
+    if not gates_needed("CUDA"):
+        return False
+    try:
+        tables = _ensure_loaded()
+    except (OSError, ValueError):
+        return False
+    return any(o == op and dsl in per_dsl for per_key in tables.values() for (o, _), per_dsl in per_key.items())
+
+
 def _loses_everywhere(per_key: dict[tuple[str, str], dict[str, Verdicts]], op: str, dsl: str) -> bool:
     """A table has rows of ``dsl`` for ``op`` and none of them wins, in any dtype or bucket."""
     rows = [per_dsl[dsl] for (o, _), per_dsl in per_key.items() if o == op and dsl in per_dsl]

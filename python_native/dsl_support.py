@@ -48,12 +48,18 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
     return version_problem(distribution, version, minimum)
 
 
-def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
-    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``).
+UNMEASURED = "not yet timed against aten on a GPU, and no calibration table here covers it: off at CUDA until measured"
+
+
+def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
+    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
+    ``measured``).
 
     Ops slower than aten on this machine's calibrated device are left out (a calibration table
-    gates the conds of the rest where it could apply: see ``calibration.gate_override``). One op
-    that cannot be installed here never costs the others.
+    gates the conds of the rest where it could apply: see ``calibration.gate_override``), and so
+    are ops no GPU has timed yet (``measured=False``) at the CUDA key where no table covers them:
+    never slower than aten without evidence. Those are recorded in ``skipped`` (op -> why) for the
+    status report. One op that cannot be installed here never costs the others.
     """
     log = logging.getLogger("python_native")
     calibrated = calibration.gates_needed(dispatch_key)
@@ -61,6 +67,11 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     for spec in specs:
         if calibrated and calibration.never_wins(spec.op, dsl):
             log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
+            continue
+        if dispatch_key == "CUDA" and not getattr(spec, "measured", True) and not calibration.covers(spec.op, dsl):
+            log.info("python_native: %s %s left out: %s", dsl, spec.op, UNMEASURED)
+            if skipped is not None:
+                skipped[spec.op] = UNMEASURED
             continue
         try:
             handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))

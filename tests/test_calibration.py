@@ -361,3 +361,30 @@ def test_shipped_tables_are_valid_and_drop_only_the_ops_at_parity(monkeypatch):
         assert calibration.wins("_softmax", "bfloat16", 12, h100, last_dim=64) is False  # tiny: host-bound
     finally:
         calibration.reset()
+
+
+def test_unmeasured_ops_stay_off_cuda_unless_a_table_covers_them(tmp_path, monkeypatch, use_table):
+    from python_native import dsl_support
+    from python_native_dsls.spec import OverrideSpec
+
+    registered: list[tuple[str, str]] = []
+    monkeypatch.setattr(REGISTRY, "register", lambda dsl, ns, op, key, cond, impl, **o: registered.append((op, key)))
+    specs = [OverrideSpec("silu", bool, bool, measured=False), OverrideSpec("gelu", bool, bool, measured=False),
+             OverrideSpec("relu", bool, bool)]
+    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))  # an empty folder: no table anywhere
+    calibration.reset()
+    skipped: dict[str, str] = {}
+    dsl_support.register_specs("triton", "CUDA", specs, skipped)
+    assert registered == [("relu", "CUDA")]
+    assert skipped == {"silu": dsl_support.UNMEASURED, "gelu": dsl_support.UNMEASURED}
+
+    registered.clear()
+    dsl_support.register_specs("triton", "CPU", specs)  # the interpreter's key: no GPU to be slower on
+    assert [op for op, _ in registered] == ["silu", "gelu", "relu"]
+
+    registered.clear()
+    skipped.clear()
+    use_table(table(rows=[{"op": "silu", "dtype": "float32", "bucket": 9, "wins": True}]))
+    dsl_support.register_specs("triton", "CUDA", specs, skipped)
+    assert [op for op, _ in registered] == ["silu", "relu"]  # a table covers silu: its gate decides per call
+    assert list(skipped) == ["gelu"]

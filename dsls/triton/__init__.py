@@ -73,9 +73,9 @@ def register_overrides() -> list:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from python_native import dsl_support
 
-    from .ops import all_overrides
+    from .ops import SKIPPED, all_overrides
 
-    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides())
+    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides(), SKIPPED)
 
 
 def skipped_overrides() -> dict[str, str]:
