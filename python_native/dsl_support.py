@@ -48,7 +48,10 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
     return version_problem(distribution, version, minimum)
 
 
-UNMEASURED = "not yet timed against aten on a GPU, and no calibration table here covers it: off at CUDA until measured"
+UNMEASURED = (
+    "not yet timed against aten on a GPU, and no calibration table here covers it: off at CUDA until measured "
+    f"(set {env.UNMEASURED[0]}=1 to install it for bench and --calibrate)"
+)
 
 
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
@@ -58,8 +61,8 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
     Ops slower than aten on this machine's calibrated device are left out (a calibration table
     gates the conds of the rest where it could apply: see ``calibration.gate_override``), and so
     are ops no GPU has timed yet (``measured=False``) at the CUDA key where no table covers them:
-    never slower than aten without evidence. Those are recorded in ``skipped`` (op -> why) for the
-    status report. One op that cannot be installed here never costs the others.
+    never slower than aten without evidence (``PYTHON_NATIVE_UNMEASURED=1`` installs them, to
+    measure them). Those are recorded in ``skipped`` (op -> why) for the status report. One op that cannot be installed here never costs the others.
     """
     log = logging.getLogger("python_native")
     calibrated = calibration.gates_needed(dispatch_key)
@@ -68,7 +71,8 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
         if calibrated and calibration.never_wins(spec.op, dsl):
             log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
             continue
-        if dispatch_key == "CUDA" and not getattr(spec, "measured", True) and not calibration.covers(spec.op, dsl):
+        if (dispatch_key == "CUDA" and not getattr(spec, "measured", True) and not env.install_unmeasured()
+                and not calibration.covers(spec.op, dsl)):
             log.info("python_native: %s %s left out: %s", dsl, spec.op, UNMEASURED)
             if skipped is not None:
                 skipped[spec.op] = UNMEASURED

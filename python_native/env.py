@@ -14,6 +14,7 @@ ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
+UNMEASURED = ("PYTHON_NATIVE_UNMEASURED",)
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -23,6 +24,7 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (DUMP_DIR, "folder where every generated router is written"),
     (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+    (UNMEASURED, "install ops no GPU has timed yet at CUDA too, to benchmark and calibrate them (read at registration)"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
@@ -79,6 +81,12 @@ def check_overrides() -> bool:
     """Checked mode, read at each registration: every fired override is compared with aten's kernel
     on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
     return _flag(CHECK)
+
+
+def install_unmeasured() -> bool:
+    """Ops no GPU has timed against aten (``OverrideSpec.measured=False``) are installed at CUDA
+    even where no calibration table covers them: how they get benchmarked and calibrated."""
+    return _flag(UNMEASURED)
 
 
 def current() -> list[dict[str, str | None]]:

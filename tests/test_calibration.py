@@ -384,7 +384,14 @@ def test_unmeasured_ops_stay_off_cuda_unless_a_table_covers_them(tmp_path, monke
 
     registered.clear()
     skipped.clear()
+    monkeypatch.setenv("PYTHON_NATIVE_UNMEASURED", "1")  # installed anyway, to be measured
+    dsl_support.register_specs("triton", "CUDA", specs, skipped)
+    assert [op for op, _ in registered] == ["silu", "gelu", "relu"] and not skipped
+    monkeypatch.delenv("PYTHON_NATIVE_UNMEASURED")
+
+    registered.clear()
     use_table(table(rows=[{"op": "silu", "dtype": "float32", "bucket": 9, "wins": True}]))
     dsl_support.register_specs("triton", "CUDA", specs, skipped)
     assert [op for op, _ in registered] == ["silu", "relu"]  # a table covers silu: its gate decides per call
     assert list(skipped) == ["gelu"]
+
