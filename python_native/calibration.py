@@ -355,15 +355,11 @@ def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
 
 
 def covers(op: str, dsl: str = DEFAULT_DSL) -> bool:
-    """Whether a table that could apply at the CUDA key here (``gates_needed``) has rows of ``dsl``'s
-    ``op``: registration keeps ops no GPU has timed off CUDA unless one does."""
-    if not gates_needed("CUDA"):
-        return False
+    """Whether a table that could apply at the CUDA key here has rows of ``dsl``'s ``op`` (ops no GPU timed need one)."""
     try:
-        tables = _ensure_loaded()
+        return gates_needed("CUDA") and any(o == op and dsl in d for t in _ensure_loaded().values() for (o, _), d in t.items())
     except (OSError, ValueError):
         return False
-    return any(o == op and dsl in per_dsl for per_key in tables.values() for (o, _), per_dsl in per_key.items())
 
 
 def _loses_everywhere(per_key: dict[tuple[str, str], dict[str, Verdicts]], op: str, dsl: str) -> bool:

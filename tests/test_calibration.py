@@ -395,3 +395,25 @@ def test_unmeasured_ops_stay_off_cuda_unless_a_table_covers_them(tmp_path, monke
     assert [op for op, _ in registered] == ["silu", "relu"]  # a table covers silu: its gate decides per call
     assert list(skipped) == ["gelu"]
 
+
+def test_status_report_says_why_unmeasured_ops_are_off_at_cuda(tmp_path, monkeypatch):
+    """The Triton library registered for the CUDA key of a GPU no table covers: the ops no GPU has
+    timed stay out, and ``pn.status()`` names each with why."""
+    from python_native import dsl_support
+    from python_native_dsls.triton import ops as triton_ops
+
+    monkeypatch.setattr(triton_ops, "SKIPPED", {})
+    monkeypatch.setattr(backend, "dispatch_key", lambda: "CUDA")
+    registered: list[str] = []
+    monkeypatch.setattr(REGISTRY, "register", lambda dsl, ns, op, key, cond, impl, **o: registered.append(op))
+    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))  # an empty folder: no table anywhere
+    monkeypatch.delenv("PYTHON_NATIVE_UNMEASURED", raising=False)
+    calibration.reset()
+    try:
+        backend.register_overrides()
+    finally:
+        calibration.reset()
+    unmeasured = {"topk", "scatter_add", "scatter_add_", "index_add", "index_add_"}
+    assert unmeasured.isdisjoint(registered) and "_softmax" in registered
+    triton = next(d for d in pn.status()["dsls"] if d["name"] == "triton")
+    assert {op: triton["skipped"][op] for op in unmeasured} == dict.fromkeys(unmeasured, dsl_support.UNMEASURED)

@@ -42,6 +42,12 @@ def _calibration_args() -> dict[str, CalibArgs]:
     def weight(x: torch.Tensor) -> torch.Tensor:
         return torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
 
+    def tokens(x: torch.Tensor, expand: bool) -> tuple:
+        # MoE combine: four token rows per output row, each added into a random output row.
+        index = torch.randint(0, x.shape[0], (4 * x.shape[0],), device=x.device)
+        source = torch.randn(4 * x.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
+        return (x, 0, index[:, None].expand(source.shape) if expand else index, source)
+
     return {
         "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
         "native_layer_norm_backward": lambda x, dy: (
@@ -61,6 +67,12 @@ def _calibration_args() -> dict[str, CalibArgs]:
         "gelu_backward": lambda x, dy: (dy, x),
         # An outer product per batch entry: the first operand has as many elements as x.
         "bmm": lambda x, dy: (x.reshape(x.shape[0], x.shape[1], 1), torch.ones_like(x[:, :16]).reshape(-1, 1, 16)),
+        # k = 64: the sorting path, the slower of the two, so a win holds for the smaller k too.
+        "topk": lambda x, dy: (x, min(64, x.shape[-1]), -1, True, True),
+        "scatter_add": lambda x, dy: tokens(x, True),
+        "scatter_add_": lambda x, dy: tokens(x, True),
+        "index_add": lambda x, dy: tokens(x, False),
+        "index_add_": lambda x, dy: tokens(x, False),
     }
 
 
