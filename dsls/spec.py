@@ -13,20 +13,27 @@ from typing import Any
 
 @dataclass(frozen=True)
 class OverrideSpec:
-    """One override: the aten op symbol it replaces, its cond and its impl."""
+    """One override: the aten op symbol it replaces, its cond, its impl and registration options.
+
+    ``measured=False`` marks an override no GPU has timed against aten yet. Never slower than aten
+    is the rule on GPUs, so at a GPU key it is installed only where a calibration table in force
+    has evidence for it (``python_native.dsl_support.unmeasured_reason``); under Triton's
+    interpreter (the CPU key) it is installed as any other.
+    """
 
     op: str
     cond: Callable[..., bool]
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
     measured: bool = True
-    """False until a GPU has timed it against aten: then it stays off at CUDA where no calibration table covers it."""
 
     @classmethod
-    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
-                **options: Any) -> OverrideSpec:
+    def planned(
+        cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True, **options: Any
+    ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
-        it as ``plan=``: the layout work of a call is done once, in the cond."""
+        it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
+        further registration options (``derive_variants``, ``priority``)."""
         return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured)
 
 

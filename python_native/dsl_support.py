@@ -48,34 +48,48 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
     return version_problem(distribution, version, minimum)
 
 
-UNMEASURED = (
-    "not yet timed against aten on a GPU, and no calibration table here covers it: off at CUDA until measured "
-    f"(set {env.UNMEASURED[0]}=1 to install it for bench and --calibrate)"
-)
+def unmeasured_reason(op: str, dsl: str, dispatch_key: str) -> str | None:
+    """Why an override marked unmeasured (no GPU has timed it against aten) stays out at
+    ``dispatch_key``; None where it may be installed.
+
+    The never-slower rule for new ops: at a GPU key the override needs evidence, a calibration
+    source (a table, or the portable policy from the shipped tables) speaking for it on every
+    device the key serves (``calibration.has_evidence``); until then aten keeps the op. Under
+    Triton's interpreter (the CPU key) speed is not in question. ``PYTHON_NATIVE_UNMEASURED=1``
+    installs it anyway, to calibrate or test it.
+    """
+    if dispatch_key == "CPU" or env.unmeasured_allowed() or calibration.has_evidence(op, dsl, dispatch_key):
+        return None
+    return (
+        "not yet timed against aten on a GPU: no calibration table (nor the portable policy) speaks for it on "
+        f"this machine's GPUs, so aten keeps the op here (set {env.UNMEASURED[0]}=1 to install it, e.g. to "
+        "calibrate it with bench --calibrate)"
+    )
 
 
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
     ``measured``).
 
-    Ops slower than aten on this machine's calibrated device are left out (a calibration table
-    gates the conds of the rest where it could apply: see ``calibration.gate_override``), and so
-    are ops no GPU has timed yet (``measured=False``) at the CUDA key where no table covers them:
-    never slower than aten without evidence (``PYTHON_NATIVE_UNMEASURED=1`` installs them, to
-    measure them). Those are recorded in ``skipped`` (op -> why) for the status report. One op that cannot be installed here never costs the others.
+    Ops slower than aten at every size on every device this key serves are left out (a
+    calibration table or the portable policy gates the conds of the rest where it can speak for
+    them: see ``calibration.gate_override``); the status report names them. So are ops marked
+    unmeasured where nothing has timed them (``unmeasured_reason``), each recorded in ``skipped``
+    with why (the backend's ``skipped_overrides()``). One op that cannot be installed here never
+    costs the others.
     """
     log = logging.getLogger("python_native")
-    calibrated = calibration.gates_needed(dispatch_key)
     handles = []
     for spec in specs:
-        if calibrated and calibration.never_wins(spec.op, dsl):
-            log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
-            continue
-        if (dispatch_key == "CUDA" and not getattr(spec, "measured", True) and not env.install_unmeasured()
-                and not calibration.covers(spec.op, dsl)):
-            log.info("python_native: %s %s left out: %s", dsl, spec.op, UNMEASURED)
+        why = None if getattr(spec, "measured", True) else unmeasured_reason(spec.op, dsl, dispatch_key)
+        if why is not None:
             if skipped is not None:
-                skipped[spec.op] = UNMEASURED
+                skipped[spec.op] = why
+            log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
+            continue
+        why = calibration.leave_out(spec.op, dsl, dispatch_key)
+        if why is not None:
+            log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
             continue
         try:
             handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))

@@ -14,6 +14,8 @@ ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
+FRONT = ("PYTHON_NATIVE_FRONT",)
+CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 UNMEASURED = ("PYTHON_NATIVE_UNMEASURED",)
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
@@ -24,7 +26,11 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (DUMP_DIR, "folder where every generated router is written"),
     (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
-    (UNMEASURED, "install ops no GPU has timed yet at CUDA too, to benchmark and calibrate them (read at registration)"),
+    (FRONT, "which dispatch front serves: python (the routers alone) or compiled (built if needed); "
+            "unset: the compiled front where a build is cached"),
+    (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
+                  "'portable': the portable policy alone; 'off': no gate"),
+    (UNMEASURED, "install overrides no GPU has timed yet at GPU keys too (to calibrate or test them)"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
@@ -83,9 +89,14 @@ def check_overrides() -> bool:
     return _flag(CHECK)
 
 
-def install_unmeasured() -> bool:
-    """Ops no GPU has timed against aten (``OverrideSpec.measured=False``) are installed at CUDA
-    even where no calibration table covers them: how they get benchmarked and calibrated."""
+def front_setting() -> str | None:
+    """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
+    value = _first(FRONT)
+    return value.lower() if value is not None else None
+
+
+def unmeasured_allowed() -> bool:
+    """Overrides no calibration table has timed are installed at GPU keys too (read at registration)."""
     return _flag(UNMEASURED)
 
 

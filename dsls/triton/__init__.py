@@ -79,7 +79,7 @@ def register_overrides() -> list:
 
 
 def skipped_overrides() -> dict[str, str]:
-    """Op families not installed here, each with why (for the status report)."""
+    """Op families (and single ops) not installed here, each with why (for the status report)."""
     from .ops import SKIPPED
 
     return dict(SKIPPED)
