@@ -15,7 +15,7 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
 import python_native_dsls.triton as backend
-from python_native import bench, calibration
+from python_native import bench, calibration, env
 from python_native.__main__ import main
 
 pytestmark = pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
@@ -110,3 +110,27 @@ def test_calibrate_writes_a_valid_table(tmp_path, capsys):
 
 def test_table_filename():
     assert calibration.table_filename("NVIDIA H100 80GB HBM3/sm90") == "nvidia_h100_80gb_hbm3_sm90.json"
+
+
+def test_indexing_rows_fire_and_count_their_bytes(capsys):
+    assert main(["bench", "--quick", "--json", "--dtypes", "bfloat16", "--ops", "topk,scatter_add,index_add"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["op"], r["shape"]) for r in rows] == [
+        ("topk", [4, 64, 4]), ("topk", [7, 100, 20]), ("scatter_add", [64, 32, 16]), ("index_add", [64, 32, 16]),
+    ]
+    # Where a GPU has not timed them yet, they are installed at CUDA only to be measured.
+    assert all(r["fired"] is (not ON_GPU or env.unmeasured_allowed()) for r in rows)
+    assert rows[0]["bytes"] == 4 * (64 * 2 + 4 * (2 + 8))  # read x, write k values and int64 indices per row
+    assert rows[2]["bytes"] == 64 * (32 * 2 + 8) + 2 * 16 * 32 * 2  # source and an index per token, self copied
+    full = bench.cases([torch.bfloat16], quick=False, ops=["topk", "scatter_add", "index_add"])
+    assert {c.shape for c in full} >= {(1, 128256, 50), (1, 128256, 256), (64, 128256, 50), (4096, 4096, 8),
+                                       (16384, 4096, 2048)}
+
+
+def test_calibrate_covers_the_indexing_ops(tmp_path, capsys):
+    path = tmp_path / "table.json"
+    args = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "topk,index_add"]
+    assert main([*args, "--output", str(path)]) == 0
+    table = calibration.load(path)
+    measured = not ON_GPU or env.unmeasured_allowed()
+    assert {r["op"] for r in table["rows"]} == ({"topk", "index_add", "index_add_"} if measured else set())

@@ -42,6 +42,12 @@ def _calibration_args() -> dict[str, CalibArgs]:
     def weight(x: torch.Tensor) -> torch.Tensor:
         return torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
 
+    def tokens(x: torch.Tensor, expand: bool) -> tuple:
+        # MoE combine: four token rows per output row, each added into a random output row.
+        index = torch.randint(0, x.shape[0], (4 * x.shape[0],), device=x.device)
+        source = torch.randn(4 * x.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
+        return (x, 0, index[:, None].expand(source.shape) if expand else index, source)
+
     return {
         "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
         "native_layer_norm_backward": lambda x, dy: (
@@ -66,6 +72,12 @@ def _calibration_args() -> dict[str, CalibArgs]:
         "prod.dim_int": lambda x, dy: (x, -1), "amax": lambda x, dy: (x, [-1]), "amin": lambda x, dy: (x, [-1]),
         "argmax": lambda x, dy: (x, -1), "argmin": lambda x, dy: (x, -1), "max.dim": lambda x, dy: (x, -1),
         "min.dim": lambda x, dy: (x, -1),
+        # k = 64: the sorting path, the slower of the two, so a win holds for the smaller k too.
+        "topk": lambda x, dy: (x, min(64, x.shape[-1]), -1, True, True),
+        "scatter_add": lambda x, dy: tokens(x, True),
+        "scatter_add_": lambda x, dy: tokens(x, True),
+        "index_add": lambda x, dy: tokens(x, False),
+        "index_add_": lambda x, dy: tokens(x, False),
     }
 
 

@@ -13,7 +13,11 @@ import torch.nn.functional as F
 # Reductions over one dim (the last, or the first for ``sum_dim0``): forward only, their backward
 # formulas are aten's (expand, scatter, a masked division).
 REDUCTIONS = ("sum", "sum_dim0", "mean", "prod", "amax", "amin", "argmax", "argmin", "max_dim", "min_dim")
-OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer", *REDUCTIONS)
+# Ops whose shape is not just the input's: topk's is (rows, cols, k); scatter_add's and index_add's
+# (tokens, hidden, rows): tokens x hidden source rows added into rows x hidden along dim 0, by one
+# row index per token (scatter_add's index is that column expanded along hidden, as MoE code does).
+INDEXING = ("topk", "scatter_add", "index_add")
+OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer", *REDUCTIONS, *INDEXING)
 
 # Bytes moved per element of the input, in units of its element size: forward reads x and writes y
 # (2); backward reads x (or y) and dy and writes dx (3). Weights and per-row statistics are ignored.
@@ -71,6 +75,18 @@ _EXTRA: list[tuple[str, str, tuple[int, ...], str | None]] = [
     ("softmax", "fwd", (2048, 128256), None),
     ("softmax", "fwd+bwd", (16384, 4096), None),
     ("log_softmax", "fwd+bwd", (4096, 32000), "float32"),
+    # Sampling from a Llama-3 vocabulary (one sequence, a batch of 64) and MoE routing.
+    ("topk", "fwd", (1, 128256, 50), None),
+    ("topk", "fwd", (1, 128256, 256), None),
+    ("topk", "fwd", (64, 128256, 50), None),
+    ("topk", "fwd", (4096, 4096, 8), None),
+    ("topk", "fwd", (1, 128256, 50), "float32"),
+    ("topk", "fwd", (4096, 4096, 8), "float32"),
+    # MoE combine: 16384 token slots of hidden 4096 into 2048 token rows.
+    ("scatter_add", "fwd", (16384, 4096, 2048), None),
+    ("scatter_add", "fwd", (16384, 4096, 2048), "float32"),
+    ("index_add", "fwd", (16384, 4096, 2048), None),
+    ("index_add", "fwd", (16384, 4096, 2048), "float32"),
 ]
 _GRID = [
     ("layer_norm", "fwd"), ("layer_norm", "fwd+bwd"), ("rms_norm", "fwd"), ("rms_norm", "fwd+bwd"),
@@ -105,7 +121,19 @@ def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None 
         for shape in [(2, 8, 16)] if quick else [(64, 1024, 1024), (256, 512, 512), (16, 4096, 4096)]:
             if "bmm_outer" in wanted:
                 out.append(Case("bmm_outer", "fwd", shape, dtype))
+        for op, shapes in _INDEXING_GRID.items():
+            for shape in shapes[quick]:
+                if op in wanted and (c := Case(op, "fwd", shape, dtype)) not in out:
+                    out.append(c)
     return out
+
+
+# Per op: (full shapes, quick shapes), in the encoding of ``INDEXING``.
+_INDEXING_GRID = {
+    "topk": ([(4096, 4096, 8), (8192, 4096, 8), (4096, 32000, 50), (64, 128256, 256)], [(4, 64, 4), (7, 100, 20)]),
+    "scatter_add": ([(16384, 4096, 2048), (32768, 2048, 4096), (8192, 7168, 1024)], [(64, 32, 16)]),
+    "index_add": ([(16384, 4096, 2048), (32768, 2048, 4096), (8192, 7168, 1024)], [(64, 32, 16)]),
+}
 
 
 @dataclass
@@ -118,10 +146,21 @@ class Inputs:
     c: torch.Tensor | None = None  # second bmm operand
     dy: torch.Tensor | None = None
     leaves: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    index: torch.Tensor | None = None  # scatter_add / index_add
+    k: int = 0  # topk
 
 
 def make_inputs(case: Case, device: str) -> Inputs:
     grad = case.mode == "fwd+bwd"
+    if case.op == "topk":
+        rows, cols, k = case.shape
+        return Inputs(torch.randn(rows, cols, device=device, dtype=case.dtype), k=k)
+    if case.op in ("scatter_add", "index_add"):
+        tokens, hidden, rows = case.shape
+        index = torch.randint(0, rows, (tokens,), device=device)
+        return Inputs(torch.zeros(rows, hidden, device=device, dtype=case.dtype),
+                      c=torch.randn(tokens, hidden, device=device, dtype=case.dtype),
+                      index=index[:, None].expand(tokens, hidden) if case.op == "scatter_add" else index)
     if case.op == "bmm_outer":
         bsz, m, n = case.shape
         return Inputs(torch.randn(bsz, m, 1, device=device, dtype=case.dtype),
@@ -161,6 +200,9 @@ def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
         "argmin": lambda i: i.x.argmin(-1),
         "max_dim": lambda i: torch.max(i.x, -1).values,
         "min_dim": lambda i: torch.min(i.x, -1).values,
+        "topk": lambda i: torch.topk(i.x, i.k).values,
+        "scatter_add": lambda i: i.x.scatter_add(0, i.index, i.c),
+        "index_add": lambda i: i.x.index_add(0, i.index, i.c),
     }
     return table[op]
 
@@ -179,4 +221,10 @@ def bytes_moved(case: Case) -> int:
     if case.op == "bmm_outer":
         bsz, m, n = case.shape
         return (bsz * m * n + bsz * (m + n)) * itemsize
+    if case.op == "topk":  # read x, write k values and int64 indices per row
+        rows, cols, k = case.shape
+        return rows * (cols * itemsize + k * (itemsize + 8))
+    if case.op in ("scatter_add", "index_add"):  # read source and one index per token, copy self
+        tokens, hidden, rows = case.shape
+        return tokens * (hidden * itemsize + 8) + 2 * rows * hidden * itemsize
     return int(IO_FACTOR[case.mode] * math.prod(case.shape) * itemsize)

@@ -25,8 +25,9 @@ class _Run:
 
 
 def _leaf(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A fresh leaf with ``t``'s values, sizes and strides (strided inputs stay strided)."""
-    dtype = dtype or t.dtype
+    """A fresh leaf with ``t``'s values, sizes and strides (strided inputs stay strided); ``dtype``
+    applies to floating tensors only (indices stay integers in the float64 run)."""
+    dtype = dtype if dtype is not None and t.is_floating_point() else t.dtype
     copy = torch.empty_strided(t.size(), t.stride(), dtype=dtype, device=t.device)
     return copy.copy_(t.detach()).requires_grad_(t.is_floating_point())
 
