@@ -19,6 +19,8 @@ class OverrideSpec:
     cond: Callable[..., bool]
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
+    measured: bool = True
+    """False until a GPU has timed the op: at the CUDA key it stays off where no calibration table covers it."""
 
     @classmethod
     def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:

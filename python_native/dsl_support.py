@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native import calibration, env
+from python_native import calibration, env, nvml
 from python_native.core.registry import REGISTRY
 
 
@@ -48,22 +50,74 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
     return version_problem(distribution, version, minimum)
 
 
-def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
-    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``).
+def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
+    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``, ``measured``).
 
     Ops slower than aten on this machine's calibrated device are left out (a calibration table
-    gates the conds of the rest where it could apply: see ``calibration.gate_override``). One op
-    that cannot be installed here never costs the others.
+    gates the conds of the rest where it could apply: see ``calibration.gate_override``). At the
+    CUDA key, ops no GPU has measured yet (``measured=False``) are left out too where no table in
+    force covers them: without evidence an override could be slower than aten. Each op left out
+    for that is named in ``skipped`` with why, and ``install_unmeasured`` installs it (what a
+    calibration run does, to measure it). One op that cannot be installed here never costs the others.
     """
     log = logging.getLogger("python_native")
     calibrated = calibration.gates_needed(dispatch_key)
+    measured_here = functools.cache(_calibrated_ops)  # tables are read once per call, and only if needed
     handles = []
     for spec in specs:
         if calibrated and calibration.never_wins(spec.op, dsl):
             log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
             continue
+        if dispatch_key == "CUDA" and not getattr(spec, "measured", True) and (spec.op, dsl) not in measured_here():
+            why = UNMEASURED_REASON
+            log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
+            _held_back.append((dsl, dispatch_key, spec))
+            if skipped is not None:
+                skipped[spec.op] = why
+            continue
         try:
             handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
+        except Exception:
+            log.exception("python_native: %s override of %s not installed", dsl, spec.op)
+    return handles
+
+
+UNMEASURED_REASON = (
+    "not measured on this GPU yet (no calibration table in force covers it): off at CUDA until "
+    "`bench --calibrate` has timed it here"
+)
+# (dsl, dispatch key, spec) of every unmeasured op ``register_specs`` left out.
+_held_back: list[tuple[str, str, Any]] = []
+
+
+def _calibrated_ops() -> frozenset[tuple[str, str]]:
+    """The ``(op, dsl)`` pairs the tables in force hold timings of for this machine's GPUs.
+
+    Tables named by ``PYTHON_NATIVE_CALIBRATION`` count wherever they came from; of the packaged
+    ones, an op counts when the table of every GPU model NVML names has rows for it. Where NVML
+    cannot tell, or a table cannot be read, nothing counts as measured.
+    """
+    try:
+        tables = [calibration.load(path) for path in calibration.table_paths()]
+    except (OSError, ValueError):
+        return frozenset()
+    rows = {t["device"]: {(r["op"], r.get("dsl", calibration.DEFAULT_DSL)) for r in t["rows"]} for t in tables}
+    if os.environ.get(calibration.ENV_VAR, "").strip():
+        return frozenset().union(*rows.values())
+    keys = nvml.device_keys()
+    if not keys:
+        return frozenset()
+    return frozenset.intersection(*(frozenset(rows.get(key, ())) for key in keys))
+
+
+def install_unmeasured() -> list:
+    """Install the unmeasured ops ``register_specs`` left out (a calibration run measures them); returns the handles."""
+    log = logging.getLogger("python_native")
+    handles = []
+    while _held_back:
+        dsl, key, spec = _held_back.pop(0)
+        try:
+            handles.append(REGISTRY.register(dsl, "aten", spec.op, key, spec.cond, spec.impl, **spec.options))
         except Exception:
             log.exception("python_native: %s override of %s not installed", dsl, spec.op)
     return handles

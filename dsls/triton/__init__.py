@@ -73,9 +73,12 @@ def register_overrides() -> list:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from python_native import dsl_support
 
-    from .ops import all_overrides
+    from .ops import all_overrides, note_left_out
 
-    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides())
+    left_out: dict[str, str] = {}
+    handles = dsl_support.register_specs(NAME, dispatch_key(), all_overrides(), left_out)
+    note_left_out(left_out)
+    return handles
 
 
 def skipped_overrides() -> dict[str, str]:

@@ -6,11 +6,13 @@ from python_native_dsls.spec import OverrideSpec, has_kernel
 
 from ..target import dispatch_key
 
-__all__ = ["SKIPPED", "OverrideSpec", "all_overrides"]
+__all__ = ["FAMILY_OF", "SKIPPED", "OverrideSpec", "all_overrides"]
 
 
 # Families the last ``all_overrides()`` left out, with why (the status report shows them).
 SKIPPED: dict[str, str] = {}
+# The family of every op the last ``all_overrides()`` listed.
+FAMILY_OF: dict[str, str] = {}
 
 
 def all_overrides() -> list[OverrideSpec]:
@@ -27,12 +29,24 @@ def all_overrides() -> list[OverrideSpec]:
     key = dispatch_key()
     families = [layer_norm, rms_norm, softmax, activations, bmm]
     SKIPPED.clear()
+    FAMILY_OF.clear()
     specs = []
     for family in families:
+        name = family.__name__.rpartition(".")[2]
         missing = next((s.op for s in family.OVERRIDES if not has_kernel(s.op, key)), None)
         if missing is None:
             specs += family.OVERRIDES
+            FAMILY_OF.update((s.op, name) for s in family.OVERRIDES)
         else:
-            SKIPPED[family.__name__.rpartition(".")[2]] = f"aten::{missing} has no kernel at {key} to fall back to"
+            SKIPPED[name] = f"aten::{missing} has no kernel at {key} to fall back to"
     return specs
+
+
+def note_left_out(ops: dict[str, str]) -> None:
+    """Record in ``SKIPPED``, under their families, the ops registration left out (op -> why)."""
+    by_family: dict[str, list[str]] = {}
+    for op, why in ops.items():
+        by_family.setdefault(FAMILY_OF.get(op, op), []).append(f"{op}: {why}")
+    for family, reasons in by_family.items():
+        SKIPPED[family] = "; ".join(reasons)
 
