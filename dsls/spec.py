@@ -23,10 +23,12 @@ class OverrideSpec:
     """False until a GPU has timed the op: at the CUDA key it stays off where no calibration table covers it."""
 
     @classmethod
-    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:
+    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
+                **options: Any) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
-        it as ``plan=``: the layout work of a call is done once, in the cond."""
-        return cls(op, cond, impl, {"impl_takes_plan": True})
+        it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
+        further registration options (``derive_variants``)."""
+        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured)
 
 
 def has_kernel(op: str, key: str) -> bool:

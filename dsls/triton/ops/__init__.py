@@ -23,11 +23,11 @@ def all_overrides() -> list[OverrideSpec]:
     forward there would route ``F.rms_norm``'s backward to that missing kernel.
     """
     from ..plans import layout
-    from . import activations, bmm, layer_norm, rms_norm, softmax
+    from . import activations, bmm, dropout, group_norm, layer_norm, rms_norm, softmax
 
     layout.backend_device.cache_clear()
     key = dispatch_key()
-    families = [layer_norm, rms_norm, softmax, activations, bmm]
+    families = [layer_norm, rms_norm, softmax, activations, bmm, group_norm, dropout]
     SKIPPED.clear()
     FAMILY_OF.clear()
     specs = []
