@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from python_native.verify import rows
+from python_native.verify import group_norm_dropout, rows
 from python_native.verify.samples import Driver
 
-DRIVERS: dict[str, Driver] = {**rows.DRIVERS}
+DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}
