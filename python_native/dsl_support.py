@@ -71,7 +71,7 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
         if dispatch_key == "CUDA" and not getattr(spec, "measured", True) and (spec.op, dsl) not in measured_here():
             why = UNMEASURED_REASON
             log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
-            _held_back.append((dsl, dispatch_key, spec))
+            _held_back[(dsl, dispatch_key, spec.op)] = spec
             if skipped is not None:
                 skipped[spec.op] = why
             continue
@@ -86,8 +86,8 @@ UNMEASURED_REASON = (
     "not measured on this GPU yet (no calibration table in force covers it): off at CUDA until "
     "`bench --calibrate` has timed it here"
 )
-# (dsl, dispatch key, spec) of every unmeasured op ``register_specs`` left out.
-_held_back: list[tuple[str, str, Any]] = []
+# The unmeasured ops ``register_specs`` left out, by (dsl, dispatch key, op): the last spec of each.
+_held_back: dict[tuple[str, str, str], Any] = {}
 
 
 def _calibrated_ops() -> frozenset[tuple[str, str]]:
@@ -115,7 +115,7 @@ def install_unmeasured() -> list:
     log = logging.getLogger("python_native")
     handles = []
     while _held_back:
-        dsl, key, spec = _held_back.pop(0)
+        (dsl, key, _), spec = _held_back.popitem()
         try:
             handles.append(REGISTRY.register(dsl, "aten", spec.op, key, spec.cond, spec.impl, **spec.options))
         except Exception:

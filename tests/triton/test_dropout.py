@@ -13,11 +13,11 @@ import struct
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, DTYPES, make, requires_triton, seeded  # noqa: F401
+from triton_testing import DEVICE, DTYPES, make, requires_triton, seeded, unmeasured_installed  # noqa: F401
 
 import python_native as pn
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.usefixtures("unmeasured_installed")]
 
 FWD, BWD, FILL = "native_dropout", "native_dropout_backward", "bernoulli_.float"
 ON_GPU = DEVICE == "cuda"

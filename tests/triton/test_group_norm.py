@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, Run, compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DTYPES, Run, compare, make, requires_triton, run, seeded, unmeasured_installed  # noqa: F401
 
 import python_native as pn
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.usefixtures("unmeasured_installed")]
 
 FWD, BWD = "native_group_norm", "native_group_norm_backward"
 CL, CL3D = torch.channels_last, torch.channels_last_3d

@@ -76,6 +76,15 @@ def run(
 TOLERANCES = verify.TOLERANCES
 
 
+@pytest.fixture(scope="module")
+def unmeasured_installed() -> None:
+    """The ops no GPU has measured yet, installed: at the CUDA key they await a calibration table
+    (``dsl_support.register_specs``); their tests run them anyway (use it in the module's tests)."""
+    from python_native import dsl_support
+
+    dsl_support.install_unmeasured()
+
+
 @pytest.fixture(autouse=True)
 def seeded() -> None:
     """Every test draws the same inputs whatever runs before it (import it into a test module)."""
