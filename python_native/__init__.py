@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import torch
 
 # Features plug into the dispatch core when imported: all of them, before any override registers.
-from python_native import _module, calibration, checked, compiled, dsl_registry, native_bridge, snapshot, speckey  # noqa: F401
+from python_native import _module, calibration, checked, compiled, dsl_registry, front, native_bridge, snapshot, speckey  # noqa: F401
 from python_native.checked import OverrideMismatch
 from python_native.controller import DSLController, Scope, dispatch_key_names, dsl_name, op_names
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle

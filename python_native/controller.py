@@ -68,14 +68,15 @@ _normalized: dict[tuple[str, ...], tuple[str, ...]] = {}
 def op_names(values: tuple[Any, ...]) -> tuple[str, ...]:
     """Normalise op symbols (``"bmm.default"`` → ``"bmm"``); warn about names no op has.
 
-    Scopes are entered in hot loops, so names already checked once skip the checks.
+    Scopes are entered in hot loops, so names already checked once skip the checks (names that
+    warned are checked, and warn, every time).
     """
     try:
         return _normalized[values]
     except (KeyError, TypeError):
         pass
-    names = _check_op_names(values)
-    if len(_normalized) < 4096:
+    names, all_known = _check_op_names(values)
+    if all_known and len(_normalized) < 4096:
         _normalized[values] = names
     return names
 
@@ -99,8 +100,8 @@ def _op_symbol(value: Any) -> str:
     return value
 
 
-def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
-    names = []
+def _check_op_names(values: Iterable[Any]) -> tuple[tuple[str, ...], bool]:
+    names, all_known = [], True
     known = REGISTRY.known_op_names()
     for value in (_op_symbol(v) for v in values):
         if value in known:
@@ -115,8 +116,9 @@ def _check_op_names(values: Iterable[Any]) -> tuple[str, ...]:
             close = close or schema.close_op_names("aten", name)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             warnings.warn(f"python_native: no op is named {value!r}{hint}", UserWarning, stacklevel=4)
+            all_known = False
         names.append(name)
-    return tuple(names)
+    return tuple(names), all_known
 
 
 _keys_checked: dict[tuple[Any, ...], tuple[str, ...]] = {}

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import importlib.util
 import logging
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native import calibration, env, nvml
+from python_native import calibration, env
 from python_native.core.registry import REGISTRY
 
 
@@ -53,28 +51,29 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``, ``measured``).
 
-    Ops slower than aten on this machine's calibrated device are left out (a calibration table
-    gates the conds of the rest where it could apply: see ``calibration.gate_override``). At the
-    CUDA key, ops no GPU has measured yet (``measured=False``) are left out too where no table in
-    force covers them: without evidence an override could be slower than aten. Each op left out
-    for that is named in ``skipped`` with why, and ``install_unmeasured`` installs it (what a
-    calibration run does, to measure it). One op that cannot be installed here never costs the others.
+    Ops slower than aten at every size on every device this key serves are left out (a
+    calibration table or the portable policy gates the conds of the rest where it can speak for
+    them: see ``calibration.gate_override``); the status report names them. At the CUDA key, ops
+    no GPU has measured yet (``measured=False``) are left out too where no source speaks for them:
+    without evidence an override could be slower than aten. Each op left out for that is named in
+    ``skipped`` with why, and ``install_unmeasured`` installs it (what a calibration run does, to
+    measure it). One op that cannot be installed here never costs the others.
     """
     log = logging.getLogger("python_native")
-    calibrated = calibration.gates_needed(dispatch_key)
-    measured_here = functools.cache(_calibrated_ops)  # tables are read once per call, and only if needed
     handles = []
     for spec in specs:
-        if calibrated and calibration.never_wins(spec.op, dsl):
-            log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
-            continue
-        if dispatch_key == "CUDA" and not getattr(spec, "measured", True) and (spec.op, dsl) not in measured_here():
-            why = UNMEASURED_REASON
+        why = calibration.leave_out(spec.op, dsl, dispatch_key)
+        if why is not None:
             log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
-            _held_back[(dsl, dispatch_key, spec.op)] = spec
-            if skipped is not None:
-                skipped[spec.op] = why
             continue
+        if dispatch_key == "CUDA" and not getattr(spec, "measured", True):
+            why = unmeasured_reason(spec.op, dsl, dispatch_key)
+            if why is not None:
+                log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
+                _held_back[(dsl, dispatch_key, spec.op)] = spec
+                if skipped is not None:
+                    skipped[spec.op] = why
+                continue
         try:
             handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
         except Exception:
@@ -82,32 +81,26 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
     return handles
 
 
-UNMEASURED_REASON = (
-    "not measured on this GPU yet (no calibration table in force covers it): off at CUDA until "
-    "`bench --calibrate` has timed it here"
-)
 # The unmeasured ops ``register_specs`` left out, by (dsl, dispatch key, op): the last spec of each.
 _held_back: dict[tuple[str, str, str], Any] = {}
 
 
-def _calibrated_ops() -> frozenset[tuple[str, str]]:
-    """The ``(op, dsl)`` pairs the tables in force hold timings of for this machine's GPUs.
-
-    Tables named by ``PYTHON_NATIVE_CALIBRATION`` count wherever they came from; of the packaged
-    ones, an op counts when the table of every GPU model NVML names has rows for it. Where NVML
-    cannot tell, or a table cannot be read, nothing counts as measured.
-    """
+def unmeasured_reason(op: str, dsl: str, dispatch_key: str) -> str | None:
+    """Why an op no GPU has measured yet stays off at ``dispatch_key``: a device the key serves has
+    no calibration source (a table with rows for it, or the portable policy with shipped evidence
+    for it) that speaks for it. None where every device has one, or calibration is off."""
     try:
-        tables = [calibration.load(path) for path in calibration.table_paths()]
-    except (OSError, ValueError):
-        return frozenset()
-    rows = {t["device"]: {(r["op"], r.get("dsl", calibration.DEFAULT_DSL)) for r in t["rows"]} for t in tables}
-    if os.environ.get(calibration.ENV_VAR, "").strip():
-        return frozenset().union(*rows.values())
-    keys = nvml.device_keys()
-    if not keys:
-        return frozenset()
-    return frozenset.intersection(*(frozenset(rows.get(key, ())) for key in keys))
+        if calibration.resolve.catalog().mode == calibration.OFF:
+            return None
+        devices = calibration.resolve.devices_at(dispatch_key)
+        unmeasured = [r.device for r in devices if not r.speaks_for(dsl, op)]
+    except Exception:  # unable to tell: no evidence
+        logging.getLogger("python_native").exception("python_native: calibration could not judge %s %s", dsl, op)
+        devices, unmeasured = [], []
+    if devices and not unmeasured:
+        return None
+    return (f"not measured on this GPU yet ({', '.join(unmeasured) or 'no device known'}: no calibration table or "
+            "shipped evidence covers it): off at CUDA until `bench --calibrate` has timed it here")
 
 
 def install_unmeasured() -> list:

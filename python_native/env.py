@@ -14,6 +14,8 @@ ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
+FRONT = ("PYTHON_NATIVE_FRONT",)
+CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -23,6 +25,10 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (DUMP_DIR, "folder where every generated router is written"),
     (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+    (FRONT, "which dispatch front serves: python (the routers alone) or compiled (built if needed); "
+            "unset: the compiled front where a build is cached"),
+    (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
+                  "'portable': the portable policy alone; 'off': no gate"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
@@ -79,6 +85,12 @@ def check_overrides() -> bool:
     """Checked mode, read at each registration: every fired override is compared with aten's kernel
     on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
     return _flag(CHECK)
+
+
+def front_setting() -> str | None:
+    """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
+    value = _first(FRONT)
+    return value.lower() if value is not None else None
 
 
 def current() -> list[dict[str, str | None]]:

@@ -1,8 +1,10 @@
-"""``python -m python_native precompile``: build the CuTe DSL kernels into the on-disk kernel cache.
+"""``python -m python_native precompile``: build the compiled dispatch front and the CuTe DSL kernels.
 
-Every specialization the op modules declare (op x dtype x size class) is compiled for ``--arch``
-without a GPU, so the first call on a GPU machine loads a binary instead of compiling. A second
-run finds every entry in the cache and says so (``"cached": true``).
+The front (``python_native.front``) is built for the running torch and compiler into the user's
+cache; ``import torch`` loads it from there from then on. Every CuTe DSL specialization the op
+modules declare (op x dtype x size class) is compiled for ``--arch`` without a GPU, so the first
+call on a GPU machine loads a binary instead of compiling. A second run finds everything in the
+caches and says so (``"cached": true``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import argparse
 import json
 import os
 
-HELP = "compile the CuTe DSL kernels ahead of time into the on-disk kernel cache (no GPU needed)"
+HELP = "build the compiled dispatch front and the CuTe DSL kernels ahead of time (no GPU needed)"
 
-DSLS = ("cutedsl",)
+TARGETS = ("all", "front", "cutedsl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dsl", choices=DSLS, default="cutedsl", help="the DSL whose kernels to build")
+    parser.add_argument("--dsl", choices=TARGETS, default="all",
+                        help="what to build: the compiled dispatch front, the CuTe DSL kernels, or both (default)")
     parser.add_argument("--arch", default="sm_90a", help="target GPU architecture, e.g. sm_90a (H100) or sm_80")
     parser.add_argument("--op", action="append", help="only this aten op (repeatable), e.g. _fused_rms_norm")
     parser.add_argument("--dtype", action="append", help="only this dtype (repeatable): float32, float16, bfloat16")
@@ -37,13 +40,39 @@ def _selected(entries: list, args: argparse.Namespace) -> list:
     return [e for e in entries if keep(*e)]
 
 
+def _build_front(args: argparse.Namespace) -> tuple[dict, int]:
+    from python_native import front
+
+    try:
+        result = front.ensure_built()
+    except Exception as e:  # the compiler's message is the report
+        result, failed = {"error": f"{type(e).__name__}: {e}"}, 1
+    else:
+        failed = 0
+    if not args.json:
+        state = result.get("error") or (
+            f"cached at {result['library']}" if result["cached"] else f"built in {result['seconds']} s: {result['library']}"
+        )
+        print(f"compiled dispatch front: {state}")
+    return result, failed
+
+
 def run(args: argparse.Namespace) -> int:
+    front, front_failed = _build_front(args) if args.dsl in ("all", "front") else (None, 0)
+    if args.dsl == "front":
+        if args.json:
+            print(json.dumps({"front": front}, indent=2))
+        return front_failed
     from python_native_dsls import cutedsl
 
     problem = cutedsl._install_problem()
     if problem is not None:
-        print(f"precompile: {problem}; install it with `pip install python-native[cutedsl]`")
-        return 1
+        note = f"CuTe DSL kernels skipped: {problem}; install it with `pip install python-native[cutedsl]`"
+        if args.json:
+            print(json.dumps({"front": front, "cutedsl": note}, indent=2))
+        else:
+            print(note)
+        return 1 if args.dsl == "cutedsl" or front_failed else 0
     # Compiling needs no device; hiding devices keeps the compiler from probing one.
     os.environ.setdefault("CUTE_DSL_ARCH", args.arch)
     from python_native.kernel_cache import KernelCache
@@ -71,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             flags = ",".join(sorted(variant.flags)) or "-"
             print(f"{op:28} {variant.dtype:>8}->{variant.out_dtype:<8} {cls:6} {flags:11} {row.get('ms', 0):8.1f} ms  {state}")
     summary = {
+        "front": front,
         "dsl": args.dsl,
         "arch": args.arch,
         "cache_dir": str(cache.root),
@@ -83,4 +113,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"{summary['compiled']} compiled, {summary['cached']} reused from {summary['cache_dir']}, {failed} failed")
-    return 1 if failed else 0
+    return 1 if failed or front_failed else 0

@@ -48,5 +48,5 @@ def test_filters_that_match_nothing_fail_clearly(tmp_path):
 
 @pytest.mark.skipif(INSTALLED, reason="CuTe DSL is installed")
 def test_without_cutlass_it_says_what_to_install(tmp_path):
-    r = _precompile(tmp_path)
+    r = _precompile(tmp_path, "--dsl", "cutedsl")
     assert r.returncode == 1 and "nvidia-cutlass-dsl not installed" in r.stdout
