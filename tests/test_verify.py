@@ -101,3 +101,24 @@ def test_mismatch_admits_results_closer_to_float64_than_aten():
     aten = torch.tensor([1.5, 2.0])
     assert verify.mismatch(torch.tensor([1.0, 2.0]), aten, truth, "x") is None
     assert "1/2 elements off" in verify.mismatch(torch.tensor([3.0, 2.0]), aten, truth, "x")
+
+
+def _doubling_dropout(input, p, train):
+    mask = torch.rand_like(input) >= p
+    return input * mask * 2.0, mask  # the wrong scale, whatever p is
+
+
+def test_dropout_is_judged_by_structure():
+    """Random results cannot be compared with aten's value by value: a dropout keeping the right
+    fraction with a wrong scale fails, the library's own passes."""
+    report = verify.verify(op="native_dropout", max_samples=4, dtypes=(torch.float32,))
+    assert report["ok"], verify.render(report)
+    key = backend.dispatch_key()
+    handle = pn.register_op_override("triton", "aten", "native_dropout", key, lambda *a: True, _doubling_dropout,
+                                     priority=100)
+    try:
+        report = verify.verify(op="native_dropout", max_samples=4, dtypes=(torch.float32,))
+    finally:
+        handle.remove()
+    dropout = next(r for r in report["rows"] if r["op"] == "native_dropout" and r["failures"])
+    assert any("scale 2, expected" in f for f in dropout["failures"]), dropout["failures"]

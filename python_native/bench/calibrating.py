@@ -48,6 +48,21 @@ def _calibration_args() -> dict[str, CalibArgs]:
         source = torch.randn(4 * x.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
         return (x, 0, index[:, None].expand(source.shape) if expand else index, source)
 
+    def as_channels(x: torch.Tensor) -> tuple:
+        """``x`` as a group norm input: N = rows, C = 32 channels in 8 groups, HW = cols / 32."""
+        rows, cols = x.shape
+        return x.reshape(rows, 32, cols // 32), rows, 32, cols // 32, 8
+
+    def gn_forward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        t, n, c, hw, g = as_channels(x)
+        return t, weight(t[0, :, 0]), weight(t[0, :, 0]), n, c, hw, g, 1e-5  # weight and bias: [C]
+
+    def gn_backward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        t, w, b, n, c, hw, g, eps = gn_forward(x, dy)
+        with _aten_only():
+            _, mean, rstd = aten.native_group_norm(t, w, b, n, c, hw, g, eps)
+        return (dy.reshape(t.shape), t, mean, rstd, w, n, c, hw, g, [True, True, True])
+
     return {
         "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
         "native_layer_norm_backward": lambda x, dy: (
@@ -78,6 +93,11 @@ def _calibration_args() -> dict[str, CalibArgs]:
         "scatter_add_": lambda x, dy: tokens(x, True),
         "index_add": lambda x, dy: tokens(x, False),
         "index_add_": lambda x, dy: tokens(x, False),
+        "native_group_norm": gn_forward,
+        "native_group_norm_backward": gn_backward,
+        "native_dropout": lambda x, dy: (x, 0.1, True),
+        "native_dropout_backward": lambda x, dy: (dy, torch.rand_like(x) >= 0.1, 1 / 0.9),
+        "bernoulli_.float": lambda x, dy: (torch.empty_like(x), 0.9),
     }
 
 

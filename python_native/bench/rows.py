@@ -17,7 +17,13 @@ REDUCTIONS = ("sum", "sum_dim0", "mean", "prod", "amax", "amin", "argmax", "argm
 # (tokens, hidden, rows): tokens x hidden source rows added into rows x hidden along dim 0, by one
 # row index per token (scatter_add's index is that column expanded along hidden, as MoE code does).
 INDEXING = ("topk", "scatter_add", "index_add")
-OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer", *REDUCTIONS, *INDEXING)
+OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer",
+       "group_norm", "group_norm_cl", "dropout", *REDUCTIONS, *INDEXING)
+
+# Group norm rows normalize 32 groups (the diffusion U-Net's), or as many as divide C; ``group_norm_cl``
+# is the same on a channels-last input. Dropout rows drop with p = 0.1 in training mode.
+GROUPS = 32
+DROPOUT_P = 0.1
 
 # Bytes moved per element of the input, in units of its element size: forward reads x and writes y
 # (2); backward reads x (or y) and dy and writes dx (3). Weights and per-row statistics are ignored.
@@ -87,7 +93,16 @@ _EXTRA: list[tuple[str, str, tuple[int, ...], str | None]] = [
     ("scatter_add", "fwd", (16384, 4096, 2048), "float32"),
     ("index_add", "fwd", (16384, 4096, 2048), None),
     ("index_add", "fwd", (16384, 4096, 2048), "float32"),
+    *[(op, mode, (8, 512, 64, 64), dtype) for op in ("group_norm", "group_norm_cl") for mode in ("fwd", "fwd+bwd")
+      for dtype in (None, "float32")],
+    *[("dropout", mode, (8192, 4096), dtype) for mode in ("fwd", "fwd+bwd") for dtype in (None, "float32")],
 ]
+# Ops with shapes of their own (4-D activations, or any size), besides the named rows above.
+_OWN_SHAPES: dict[str, tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = {  # op -> (quick, full)
+    "group_norm": ([(2, 8, 4, 4)], [(16, 256, 32, 32), (4, 1280, 16, 16), (2, 320, 128, 128)]),
+    "group_norm_cl": ([(2, 8, 4, 4)], [(16, 256, 32, 32), (4, 1280, 16, 16), (2, 320, 128, 128)]),
+    "dropout": ([(4, 64)], [(4096, 4096), (16384, 5120)]),
+}
 _GRID = [
     ("layer_norm", "fwd"), ("layer_norm", "fwd+bwd"), ("rms_norm", "fwd"), ("rms_norm", "fwd+bwd"),
     ("softmax", "fwd"), ("softmax", "fwd+bwd"), ("log_softmax", "fwd"), ("silu", "fwd"), ("silu", "fwd+bwd"),
@@ -125,6 +140,9 @@ def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None 
             for shape in shapes[quick]:
                 if op in wanted and (c := Case(op, "fwd", shape, dtype)) not in out:
                     out.append(c)
+        for op, (small, full) in _OWN_SHAPES.items():
+            if op in wanted:
+                out += [Case(op, mode, shape, dtype) for shape in (small if quick else full) for mode in ("fwd", "fwd+bwd")]
     return out
 
 
@@ -165,18 +183,26 @@ def make_inputs(case: Case, device: str) -> Inputs:
         bsz, m, n = case.shape
         return Inputs(torch.randn(bsz, m, 1, device=device, dtype=case.dtype),
                       c=torch.randn(bsz, 1, n, device=device, dtype=case.dtype))
-    n = case.shape[-1]
-    x = torch.randn(*case.shape, device=device, dtype=case.dtype, requires_grad=grad)
+    n = case.shape[1] if case.op.startswith("group_norm") else case.shape[-1]
+    x = torch.randn(*case.shape, device=device, dtype=case.dtype)
+    if case.op == "group_norm_cl":
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(grad)
     inputs = Inputs(x, leaves=[x] if grad else [])
-    if case.op in ("rms_norm", "layer_norm"):
+    if case.op in ("rms_norm", "layer_norm", "group_norm", "group_norm_cl"):
         inputs.w = torch.randn(n, device=device, dtype=case.dtype, requires_grad=grad)
         inputs.leaves += [inputs.w] if grad else []
-    if case.op == "layer_norm":
+    if case.op in ("layer_norm", "group_norm", "group_norm_cl"):
         inputs.b = torch.randn(n, device=device, dtype=case.dtype, requires_grad=grad)
         inputs.leaves += [inputs.b] if grad else []
     if grad:
-        inputs.dy = torch.randn(*case.shape, device=device, dtype=case.dtype)
+        inputs.dy = torch.randn_like(x, requires_grad=False)  # in x's layout, as autograd would hand it
     return inputs
+
+
+def groups_of(channels: int) -> int:
+    """The group count of a group norm row: ``GROUPS``, or the largest count dividing it that divides C."""
+    return math.gcd(channels, GROUPS)
 
 
 def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
@@ -203,6 +229,9 @@ def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
         "topk": lambda i: torch.topk(i.x, i.k).values,
         "scatter_add": lambda i: i.x.scatter_add(0, i.index, i.c),
         "index_add": lambda i: i.x.index_add(0, i.index, i.c),
+        "group_norm": lambda i: F.group_norm(i.x, groups_of(i.x.shape[1]), i.w, i.b),
+        "group_norm_cl": lambda i: F.group_norm(i.x, groups_of(i.x.shape[1]), i.w, i.b),
+        "dropout": lambda i: F.dropout(i.x, DROPOUT_P, training=True),
     }
     return table[op]
 
@@ -227,4 +256,6 @@ def bytes_moved(case: Case) -> int:
     if case.op in ("scatter_add", "index_add"):  # read source and one index per token, copy self
         tokens, hidden, rows = case.shape
         return tokens * (hidden * itemsize + 8) + 2 * rows * hidden * itemsize
+    if case.op == "dropout":  # plus a one-byte mask written (and read back by the backward)
+        return int(math.prod(case.shape) * (IO_FACTOR[case.mode] * itemsize + (1 if case.mode == "fwd" else 2)))
     return int(IO_FACTOR[case.mode] * math.prod(case.shape) * itemsize)

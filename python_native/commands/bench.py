@@ -14,8 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny shapes (what the Triton interpreter can run)")
     parser.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default: %(default)s)")
     parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
-                        "gelu_tanh, bmm_outer, sum, sum_dim0, mean, prod, amax, amin, argmax, argmin, max_dim, min_dim, "
-                        "topk, scatter_add, index_add")
+                        "gelu_tanh, bmm_outer, group_norm, group_norm_cl, dropout, sum, sum_dim0, mean, prod, amax, "
+                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")
@@ -116,6 +116,9 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
             "amax": ["amax"], "amin": ["amin"], "argmax": ["argmax"], "argmin": ["argmin"], "max_dim": ["max.dim"],
             "min_dim": ["min.dim"],
             "topk": ["topk"], "scatter_add": ["scatter_add", "scatter_add_"], "index_add": ["index_add", "index_add_"],
+            "group_norm": ["native_group_norm", "native_group_norm_backward"],
+            "group_norm_cl": ["native_group_norm", "native_group_norm_backward"],
+            "dropout": ["native_dropout", "native_dropout_backward", "bernoulli_.float"],
         }
         ops = [symbol for op in ops for symbol in symbols[op]]
 

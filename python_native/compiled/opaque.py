@@ -25,6 +25,7 @@ _lock = threading.RLock()
 _library: torch.library.Library | None = None
 _opaque: dict[Any, Any] = {}  # aten OpOverload -> python_native OpOverload
 _unsupported: dict[str, str] = {}  # aten qualified name -> why it cannot be made opaque
+_RANDOMNESS_TAGS = (torch.Tag.nondeterministic_seeded, torch.Tag.nondeterministic_bitwise)
 
 
 def _overridden_aten_ops() -> list[Any]:
@@ -68,7 +69,9 @@ def opaque_op(aten_op: Any) -> Any | None:
         if _library is None:
             _library = torch.library.Library(NAMESPACE, "FRAGMENT")
         try:
-            _library.define(str(schema).split("::", 1)[1])
+            # Random ops stay random: graph passes must not merge or reorder two calls of the twin.
+            tags = tuple(t for t in aten_op.tags if t in _RANDOMNESS_TAGS)
+            _library.define(str(schema).split("::", 1)[1], tags=tags)
             _library.impl(name, _forwarder(aten_op), "CompositeExplicitAutograd")
             torch.library.register_fake(f"{NAMESPACE}::{name}", _forwarder(aten_op), lib=_library)
         except Exception as e:  # a registration must never fail because its op cannot be made opaque

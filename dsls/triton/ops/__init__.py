@@ -22,11 +22,13 @@ def all_overrides() -> list[OverrideSpec]:
     forward there would route ``F.rms_norm``'s backward to that missing kernel.
     """
     from ..plans import layout
-    from . import activations, bmm, layer_norm, linear_cross_entropy, reductions, rms_norm, scatter_add, softmax, topk
+    from . import (activations, bmm, dropout, group_norm, layer_norm, linear_cross_entropy, reductions, rms_norm,
+                   scatter_add, softmax, topk)
 
     layout.backend_device.cache_clear()
     key = dispatch_key()
-    families = [layer_norm, rms_norm, softmax, activations, bmm, reductions, topk, scatter_add, linear_cross_entropy]
+    families = [layer_norm, rms_norm, softmax, activations, bmm, group_norm, dropout, reductions, topk, scatter_add,
+                linear_cross_entropy]
     SKIPPED.clear()
     specs = []
     for family in families:
