@@ -13,18 +13,29 @@ from typing import Any
 
 @dataclass(frozen=True)
 class OverrideSpec:
-    """One override: the aten op symbol it replaces, its cond and its impl."""
+    """One override: the aten op symbol it replaces, its cond and its impl.
+
+    ``public_name`` is the name a PyTorch user types for the op (``"softmax"`` for ``_softmax``
+    and for its backward, ``"layer_norm"`` for ``native_layer_norm``...); ``backward`` marks the
+    op as the backward of the forward declared under the same name. The panel's switches accept
+    the public name and cover the forward and backward with it (see ``python_native.public_names``).
+    """
 
     op: str
     cond: Callable[..., bool]
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
+    public_name: str | None = None
+    backward: bool = False
 
     @classmethod
-    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:
+    def planned(
+        cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *,
+        public_name: str | None = None, backward: bool = False,
+    ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond."""
-        return cls(op, cond, impl, {"impl_takes_plan": True})
+        return cls(op, cond, impl, {"impl_takes_plan": True}, public_name=public_name, backward=backward)
 
 
 def has_kernel(op: str, key: str) -> bool:

@@ -41,7 +41,7 @@ from python_native.core.registry import REGISTRY
 if TYPE_CHECKING:
     from python_native.core.handles import OverrideHandle
 
-ENV_VAR = "PYTHON_NATIVE_CALIBRATION"
+ENV_VAR = env.CALIBRATION[0]
 DEFAULT_DSL = "triton"  # the DSL of rows that name none
 FORMAT = 1
 MAX_BUCKET = 64
@@ -58,7 +58,7 @@ _suspended = False  # True while `bench --calibrate` measures: every gate lets t
 
 def table_paths() -> list[Path]:
     """The table files in force: the ``PYTHON_NATIVE_CALIBRATION`` file/folder, else the packaged ones."""
-    configured = os.environ.get(ENV_VAR, "").strip()
+    configured = env.calibration_path() or ""
     if configured:
         path = Path(configured).expanduser()
         if path.is_dir():
@@ -87,7 +87,7 @@ def gates_needed(dispatch_key: str) -> bool:
     """
     if not any_tables():
         return False
-    if os.environ.get(ENV_VAR, "").strip():
+    if env.calibration_path():
         return True
     # Packaged tables are named after their device (``table_filename``; a test holds them to it),
     # so nothing is parsed here: registration runs inside ``import torch``.
@@ -343,7 +343,7 @@ def never_wins(op: str, dsl: str = DEFAULT_DSL) -> bool:
         return False
     if not tables:
         return False
-    if os.environ.get(ENV_VAR, "").strip():
+    if env.calibration_path():
         return all(_loses_everywhere(per_key, op, dsl) for per_key in tables.values())
     if not any(_loses_everywhere(per_key, op, dsl) for per_key in tables.values()):
         return False  # no table would drop it: NVML need not be asked
@@ -489,7 +489,7 @@ def describe() -> dict[str, Any]:
     ``device`` is this process's device key (None while CUDA is not initialised: it is not
     initialised for a report), ``in_force`` the path of the table for it (None: uncalibrated).
     """
-    configured = os.environ.get(ENV_VAR, "").strip()
+    configured = env.calibration_path() or ""
     info: dict[str, Any] = {"source": f"{ENV_VAR}={configured}" if configured else "packaged", "tables": []}
     try:
         _ensure_loaded()

@@ -10,7 +10,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native import calibration, env
+from python_native import calibration, env, public_names
 from python_native.core.registry import REGISTRY
 
 
@@ -49,7 +49,8 @@ def install_problem(distribution: str, module: str, minimum: Version) -> str | N
 
 
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
-    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``).
+    """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
+    and the ``public_name`` users type for the op, which the panel's switches then accept).
 
     Ops slower than aten on this machine's calibrated device are left out (a calibration table
     gates the conds of the rest where it could apply: see ``calibration.gate_override``). One op
@@ -59,6 +60,9 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     calibrated = calibration.gates_needed(dispatch_key)
     handles = []
     for spec in specs:
+        public_name = getattr(spec, "public_name", None)
+        if public_name is not None:  # declared whether or not it installs: the name stays known
+            public_names.declare(public_name, spec.op, backward=getattr(spec, "backward", False))
         if calibrated and calibration.never_wins(spec.op, dsl):
             log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
             continue

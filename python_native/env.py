@@ -1,7 +1,9 @@
 """Environment switches, read where they are consulted so tests and tools can set them.
 
-Each switch has our own name first and the name torch's in-tree ``torch._native`` uses second,
-so a process configured for one is configured for the other.
+This is the one list of the variables python-native reads: every reader asks this module, and the
+status report lists ``SWITCHES``. Where torch's in-tree ``torch._native`` has a name for the same
+switch, ours comes first and torch's second, so a process configured for one is configured for the
+other.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
+CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
+CUTEDSL = ("PYTHON_NATIVE_CUTEDSL",)
+CACHE_DIR = ("PYTHON_NATIVE_CACHE_DIR",)
+CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our compile path too
+XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which the kernel cache lives
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -23,6 +30,11 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (DUMP_DIR, "folder where every generated router is written"),
     (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+    (CALIBRATION, "calibration tables (a file or a folder) in place of the packaged ones"),
+    (CUTEDSL, "the CuTe DSL overrides route calls from the start (read when they install, at import)"),
+    (CACHE_DIR, "folder of the compiled-kernel cache (default: $XDG_CACHE_HOME or ~/.cache, python-native/kernels)"),
+    (CUTE_DSL_ARCH, "GPU architecture CuTe DSL kernels are compiled for, in place of the device's (e.g. sm_90a)"),
+    (XDG_CACHE_HOME, "user cache base folder; the kernel cache defaults to python-native/kernels under it"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
@@ -75,10 +87,46 @@ def triton_interpret() -> bool:
     return _flag(TRITON_INTERPRET)
 
 
+def calibration_path() -> str | None:
+    """The calibration table file or folder named by the user, or None (the packaged tables)."""
+    return _first(CALIBRATION)
+
+
+def cutedsl_opted_in() -> bool:
+    """The CuTe DSL overrides route calls from the start instead of waiting for ``pn.cutedsl.enable()``."""
+    return _flag(CUTEDSL)
+
+
+def cache_dir() -> str | None:
+    """The kernel cache folder named by the user, or None (the default under the user cache base)."""
+    return _first(CACHE_DIR)
+
+
+def user_cache_base() -> str | None:
+    """``$XDG_CACHE_HOME`` when set."""
+    return _first(XDG_CACHE_HOME)
+
+
+def cute_dsl_arch() -> str | None:
+    """The architecture CuTe DSL kernels are compiled for when set (``sm_90a``), else None."""
+    return _first(CUTE_DSL_ARCH)
+
+
+def triton_runtime_interprets() -> bool:
+    """Whether Triton's own ``TRITON_INTERPRET`` is on (what Triton reads as its kernels are defined)."""
+    return _flag(TRITON_INTERPRET[1:])
+
+
 def check_overrides() -> bool:
     """Checked mode, read at each registration: every fired override is compared with aten's kernel
     on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
     return _flag(CHECK)
+
+
+def import_time_values() -> tuple[str | None, ...]:
+    """The raw values of the switches whose effect is fixed when the overrides install at import
+    (the panel compares them later, to honour or refuse a change: ``_bootstrap.settle``)."""
+    return tuple(os.environ.get(name) for name in (*DISABLE_ALL, *TRITON_INTERPRET))
 
 
 def current() -> list[dict[str, str | None]]:

@@ -27,6 +27,7 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
+from python_native import env
 from python_native.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.speckey import SpecializationCache
 
@@ -88,6 +89,15 @@ def _program(v: Variant) -> tuple[Any, tuple]:
     return fn, args
 
 
+def known_archs() -> list[str]:
+    """The ``--gpu-arch`` values this CuTe DSL release compiles for (``sm_80`` ... ``sm_90a`` ...)."""
+    try:
+        from cutlass.base_dsl.enums import Arch
+    except ImportError:  # another release: the compiler itself checks the value
+        return []
+    return [arch.name for arch in Arch]
+
+
 def compile_to_object(v: Variant, arch: str) -> bytes:
     """Compile ``v`` for ``arch`` (e.g. ``sm_90a``) into an object file; needs no GPU."""
     fn, args = _program(v)
@@ -140,7 +150,7 @@ def load_object(payload: bytes, symbol: str) -> Any:
 
 def device_arch(index: int | None = None) -> str:
     """The ``--gpu-arch`` of a CUDA device: ``sm_90a`` on an H100 (arch-specific features on)."""
-    override = os.environ.get("CUTE_DSL_ARCH", "").strip()
+    override = env.cute_dsl_arch()
     if override:
         return override
     import torch
