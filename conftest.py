@@ -51,3 +51,17 @@ def _choose_triton_mode() -> None:
 
 
 _choose_triton_mode()
+
+
+def _isolate_user_cache() -> None:
+    """The suite reads no calibration table a developer's own ``bench --calibrate`` left in their
+    cache (it would gate or drop the overrides under test): a fresh cache home for the session.
+    The kernel cache keeps its usual folder."""
+    import tempfile
+
+    home = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ.setdefault("PYTHON_NATIVE_CACHE_DIR", os.path.join(home, "python-native", "kernels"))
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="python-native-test-cache-")
+
+
+_isolate_user_cache()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
 #   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
-# Steps (default: all, in this order): tests host calibrate bench; also: probe.
+# Steps (default: all, in this order): tests host calibrate bench; also: probe, portable.
 #   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
 #   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
 #              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
@@ -9,6 +9,7 @@
 #              named in PROFILE_ROWS ("op mode MxN dtype;..."), with the overrides on and off
 #   calibrate  python -m python_native bench --calibrate: this GPU's calibration table
 #   bench      python -m python_native bench (JSON, table and plots), with the table just written in force
+#   portable   python -m python_native bench --dtypes bfloat16 under the portable policy (tables ignored)
 # Wheels under .whl/ (Liger-Kernel, ...) are installed into /tmp/site first.
 # Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S.
 # BENCH_ARGS adds options to the bench step (e.g. "--dtypes bfloat16 --no-inductor").
@@ -50,6 +51,10 @@ for step in "${steps[@]}"; do
         # shellcheck disable=SC2086
         timeout "${BENCH_S:-240}" python3 -m python_native bench --plot "$OUT/bench.png" --save-json "$OUT/bench.json" ${BENCH_ARGS:-} \
             2>&1 | tee "$OUT/bench.txt" ;;
+    portable)
+        # The portable policy forced (the measured tables ignored): no fired row may be below 0.97x aten.
+        PYTHON_NATIVE_CALIBRATION=portable timeout "${BENCH_S:-240}" python3 -m python_native bench --dtypes bfloat16 \
+            --save-json "$OUT/bench_portable.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_portable.txt" ;;
     *) echo "unknown step $step" ;;
     esac
 done

@@ -12,8 +12,9 @@ The aten baseline runs in a child process started with ``PYTHON_NATIVE_DISABLE=1
 override is installed at all, so it is aten's own path with nothing of this package in front of
 it. The same calls then run in a second child with the overrides installed; ``x aten`` is the
 ratio of the two figures. With a calibration table in force for this GPU (one ships for the
-H100) tiny calls are declined and pay the router's fallback instead, and ops that never win are
-not installed; ``PYTHON_NATIVE_CALIBRATION`` pointing at an empty folder shows the overrides firing. Calls whose override declines (calibration, cond) are marked, since
+H100), or the portable policy on any other GPU, tiny calls are declined and pay the router's
+fallback instead, and ops that never win are not installed; ``PYTHON_NATIVE_CALIBRATION=off``
+shows the overrides firing. Calls whose override declines (calibration, cond) are marked, since
 they measure the router's fallback rather than a kernel.
 """
 

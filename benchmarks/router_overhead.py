@@ -1,24 +1,28 @@
-"""Per-call cost of python-native's generated routers, against torch's in-tree ``torch._native``.
+"""Per-call cost of python-native's dispatch, per front, against plain aten and torch's in-tree ``torch._native``.
 
 Run: ``python benchmarks/router_overhead.py`` (CPU is enough: the cost measured is Python and
-dispatcher work, not kernel time). Every figure is a median over many timed batches, and every
-ratio compares figures taken in this same process.
+dispatcher work, not kernel time). Every figure is a median over timed batches; rounds alternate
+the fronts and re-measure the plain aten calls, and each ratio is the median of the per-round
+ratios, so drift of the machine cancels. On tiny CPU tensors, per front:
 
-Measured, on tiny CPU tensors so the kernel itself costs little:
-- *override*: the op through the dispatcher when an override fires, minus a baseline;
-- *fallback*: the op when every cond declines, minus the plain aten call of a sibling op;
-- *disabled*: the op while ``operations_disabled`` holds it, against a plain aten call;
-- *toggle*: one ``with operations_disabled(op): pass``.
-Two baselines for *override*: the impl registered bare at the same key (so only the router's own
-work counts), and the impl called directly from Python (so the dispatcher's entry into Python
-counts too).
+- *disabled op*: an overridden op while ``operations_disabled`` holds it;
+- *nothing active*: an op whose only override's DSL is switched off;
+- *gate-declined*: an op whose override's calibration gate declines the call (a table for the
+  ``cpu`` device saying the override loses at this size);
+- *hit*: an override that fires (its impl returns an input);
+each against the same op with no override at all (*plain aten*); and *toggle*: one
+``with operations_disabled(op): pass``, against torch's in-tree toggle.
+The compiled front is built first if this torch has none (``python -m python_native precompile``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
+import tempfile
 import timeit
 import types
 import warnings
@@ -27,14 +31,17 @@ import torch
 from packaging.version import Version
 
 import python_native as pn
+from python_native import calibration, front
 
 warnings.filterwarnings("ignore")
 
-A = torch.randn(4)
+A = torch.randn(4)  # 4 elements: size bucket 3
 B = torch.randn(4)
+OPS = {"disabled": torch.mul, "nothing_active": torch.div, "gate_declined": torch.maximum, "hit": torch.sub}
+SCHEMAS = {"disabled": "mul.Tensor", "nothing_active": "div.Tensor", "gate_declined": "maximum", "hit": "sub.Tensor"}
 
 
-def impl(self, other, alpha=1):
+def impl(self, other, *args, **kwargs):
     return self
 
 
@@ -42,48 +49,68 @@ def accept(*args, **kwargs):
     return True
 
 
-def decline(*args, **kwargs):
-    return False
-
-
 def median_us(fn, number: int, repeat: int) -> float:
     fn()
     return statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
-def ours(number: int, repeat: int) -> dict[str, float]:
-    if "bench" not in pn.all_dsls:
-        pn.register_dsl("bench", types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: Version("0")))
-    pn.register_op_override("bench", "aten", "sub.Tensor", "CPU", accept, impl)
-    pn.register_op_override("bench", "aten", "mul.Tensor", "CPU", decline, impl)
-    bare = torch.library.Library("aten", "IMPL", "CPU")
-    bare.impl("div.Tensor", lambda self, other: self, "CPU")  # the impl alone, no router
-    t = {
-        "impl_direct": median_us(lambda: impl(A, B), number, repeat),
-        "bare_impl": median_us(lambda: torch.div(A, B), number, repeat),
-        "override": median_us(lambda: torch.sub(A, B), number, repeat),
-        "fallback": median_us(lambda: torch.mul(A, B), number, repeat),
-        "plain_aten": median_us(lambda: torch.add(A, B), number, repeat),
-    }
-    pn.disable_operations("mul")  # same op as the fallback figure, so the two compare
-    t["disabled"] = median_us(lambda: torch.mul(A, B), number, repeat)
+def _register_dsls() -> None:
+    for name in ("bench", "bench_off"):
+        if name not in pn.all_dsls:
+            pn.register_dsl(name, types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: Version("0")))
+
+
+def _table() -> str:
+    """A calibration table for this process's CPU device: the override of maximum loses at bucket 3."""
+    rows = [{"dsl": "bench", "op": "maximum", "dtype": "float32", "bucket": b, "wins": b > 10, "last_dim": 4}
+            for b in range(0, 21)]
+    table = {"format": calibration.FORMAT, "device": "cpu", "torch": torch.__version__, "rows": rows}
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="router-overhead-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(table, f)
+    return path
+
+
+def _install() -> list:
+    handles = [pn.register_op_override("bench", "aten", SCHEMAS[k], "CPU", accept, impl) for k in ("disabled", "hit")]
+    handles.append(pn.register_op_override("bench_off", "aten", SCHEMAS["nothing_active"], "CPU", accept, impl))
+    gate = calibration.gated("maximum", accept, "bench")
+    handles.append(pn.register_op_override("bench", "aten", SCHEMAS["gate_declined"], "CPU", gate, impl))
+    pn.bench_off.disable()
+    pn.disable_operations("mul")
+    return handles
+
+
+def _uninstall(handles: list) -> None:
     pn.enable_operations("mul")
+    pn.bench_off.enable()
+    for h in handles:
+        h.remove()
+
+
+def measure(rounds: int, number: int, repeat: int) -> dict:
+    _register_dsls()
+    rows: dict[str, dict[str, list[float]]] = {"python": {}, "compiled": {}, "plain": {}}
 
     def toggle():
         with pn.operations_disabled("sub"):
             pass
 
-    t["toggle"] = median_us(toggle, number // 10, repeat)
-    bare._destroy()
-    return t
+    for _ in range(rounds):
+        for case, fn in OPS.items():
+            rows["plain"].setdefault(case, []).append(median_us(lambda f=fn: f(A, B), number, repeat))
+        for which in ("python", "compiled"):
+            with front.serving(which):
+                handles = _install()
+                for case, fn in OPS.items():
+                    rows[which].setdefault(case, []).append(median_us(lambda f=fn: f(A, B), number, repeat))
+                rows[which].setdefault("toggle", []).append(median_us(toggle, number // 10, repeat))
+                _uninstall(handles)
+    return rows
 
 
-def in_tree(number: int, repeat: int) -> dict[str, float] | None:
-    """The same measurements through torch's in-tree registry, on sibling ops (torch >= 2.13).
-
-    python-native adopts torch's overrides into its own panel; ``native_bridge.standalone()``
-    lets torch's registry route these ones itself, as it would without python-native.
-    """
+def in_tree_toggle(number: int, repeat: int) -> float | None:
+    """torch's in-tree registry toggling one override of its own (torch >= 2.13), routing it itself."""
     try:
         import torch._native.registry as tn
     except ImportError:
@@ -91,65 +118,61 @@ def in_tree(number: int, repeat: int) -> dict[str, float] | None:
     from python_native import native_bridge
 
     with native_bridge.standalone():
-        return _in_tree_figures(tn, number, repeat)
+        tn.register_op_override("bench", "aten", "rsub.Tensor", "CPU", accept, impl)
+        tn._register_overrides_from_graph("rsub.Tensor", "CPU", tn._graphs[("rsub.Tensor", "CPU")])
 
+        def toggle():
+            tn.deregister_op_overrides(disable_op_symbols=["rsub.Tensor"])
+            tn.reenable_op_overrides(enable_op_symbols=["rsub.Tensor"])
 
-def _in_tree_figures(tn, number: int, repeat: int) -> dict[str, float]:
-    for op, cond in (("rsub.Tensor", accept), ("true_divide.Tensor", decline)):
-        tn.register_op_override("bench", "aten", op, "CPU", cond, impl)
-        tn._register_overrides_from_graph(op, "CPU", tn._graphs[(op, "CPU")])
-    t = {
-        "override": median_us(lambda: torch.rsub(A, B), number, repeat),
-        "fallback": median_us(lambda: torch.true_divide(A, B), number, repeat),
-    }
-
-    def toggle():
+        figure = median_us(toggle, max(number // 100, 10), repeat)
         tn.deregister_op_overrides(disable_op_symbols=["rsub.Tensor"])
-        tn.reenable_op_overrides(enable_op_symbols=["rsub.Tensor"])
-
-    t["toggle"] = median_us(toggle, max(number // 100, 10), repeat)
-    tn.deregister_op_overrides(disable_op_symbols=["rsub.Tensor"])
-    t["disabled"] = median_us(lambda: torch.rsub(A, B), number, repeat)
-    return t
+    return figure
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds alternating the fronts")
     parser.add_argument("--number", type=int, default=20000, help="calls per timed batch")
-    parser.add_argument("--repeat", type=int, default=15, help="timed batches (the median is reported)")
+    parser.add_argument("--repeat", type=int, default=7, help="timed batches per figure (the median is kept)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
-    o = ours(args.number, args.repeat)
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, device cpu; medians in microseconds")
-    print(f"  plain aten call (add)              {o['plain_aten']:7.3f}")
-    print(f"  impl called directly               {o['impl_direct']:7.3f}")
-    print(f"  impl registered bare at CPU        {o['bare_impl']:7.3f}")
-    router_cost = o["override"] - o["bare_impl"]
-    e2e = o["override"] - o["impl_direct"]
-    fallback = o["fallback"] - o["plain_aten"]
-    print(f"python-native: override call {o['override']:.3f}: router cost {router_cost:.3f}, "
-          f"end-to-end over direct impl {e2e:.3f}")
-    print(f"python-native: fallback over plain aten {fallback:.3f}; disabled op {o['disabled']:.3f} "
-          f"({o['disabled'] / o['plain_aten']:.2f}x plain aten, {o['disabled'] / o['fallback']:.2f}x a fallback)")
-    print(f"python-native: operations_disabled enter+exit {o['toggle']:.3f}")
-
-    t = in_tree(args.number, args.repeat)
-    if t is None:
-        print("torch._native is not in this torch: no in-tree comparison")
+    built = front.ensure_built()
+    table = _table()
+    os.environ[calibration.ENV_VAR] = table
+    calibration.reset()
+    try:
+        rows = measure(args.rounds, args.number, args.repeat)
+    finally:
+        os.unlink(table)
+    toggle_in_tree = in_tree_toggle(args.number, args.repeat)
+    med = {which: {case: statistics.median(v) for case, v in cases.items()} for which, cases in rows.items()}
+    ratio = {
+        which: {case: statistics.median(a / b for a, b in zip(rows[which][case], rows["plain"][case], strict=True))
+                for case in OPS}
+        for which in ("python", "compiled")
+    }
+    if args.json:
+        print(json.dumps({"medians_us": med, "ratio_to_plain": ratio, "toggle_in_tree_us": toggle_in_tree,
+                          "front": built}, indent=2))
         return 0
-    t_router = t["override"] - o["bare_impl"]
-    t_e2e = t["override"] - o["impl_direct"]
-    t_fallback = t["fallback"] - o["plain_aten"]
-    print(f"torch._native: override call {t['override']:.3f}: router cost {t_router:.3f}, "
-          f"end-to-end over direct impl {t_e2e:.3f}")
-    print(f"torch._native: fallback over plain aten {t_fallback:.3f}; disabled op {t['disabled']:.3f}; "
-          f"toggle {t['toggle']:.3f}")
-    print("ratios (python-native / torch._native; lower is better):")
-    print(f"  override router cost      {router_cost / t_router:6.3f}   (target <= 0.25)")
-    print(f"  override end-to-end       {e2e / t_e2e:6.3f}")
-    print(f"  fallback overhead         {fallback / t_fallback:6.3f}   (target <= 1.00)")
-    print(f"  disabled op vs fallback   {o['disabled'] / o['fallback']:6.3f}   (target <= 1.00, ours vs ours)")
-    print(f"  toggle                    {o['toggle'] / t['toggle']:6.3f}   (target <= 0.10)")
+    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, device cpu, {args.rounds} rounds; "
+          "medians in microseconds (ratio: the same op with no override)")
+    print(f"{'':22}{'plain aten':>12}{'python front':>22}{'compiled front':>22}")
+    for case in OPS:
+        print(f"  {case:20}{med['plain'][case]:12.3f}"
+              f"{med['python'][case]:12.3f} ({ratio['python'][case]:5.2f}x)"
+              f"{med['compiled'][case]:12.3f} ({ratio['compiled'][case]:5.2f}x)")
+    print(f"  {'toggle':20}{'':12}{med['python']['toggle']:12.3f}{'':9}{med['compiled']['toggle']:12.3f}")
+    hit = med["compiled"]["hit"] / med["python"]["hit"]
+    print(f"hit, compiled / python front: {hit:.3f} (target <= 1.00 within noise)")
+    for case in ("disabled", "nothing_active", "gate_declined"):
+        print(f"{case}, compiled front / plain aten: {ratio['compiled'][case]:.3f} (target <= 1.10)")
+    if toggle_in_tree is not None:
+        for which in ("python", "compiled"):
+            print(f"toggle, {which} front / torch._native's ({toggle_in_tree:.3f}): "
+                  f"{med[which]['toggle'] / toggle_in_tree:.3f} (target <= 0.10)")
     return 0
 
 

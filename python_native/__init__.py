@@ -32,6 +32,7 @@ from python_native import (  # noqa: F401
     checked,
     compiled,
     dsl_registry,
+    front,
     native_bridge,
     public_names,
     snapshot,

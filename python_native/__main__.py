@@ -16,6 +16,7 @@ COMMANDS = {
     "status": "status",
     "demo": "demo",
     "bench": "bench",
+    "calibration": "calibration",
     "precompile": "precompile",
     "verify": "verify",
 }

@@ -82,6 +82,7 @@ def checking(handle: OverrideHandle, impl: Callable[..., Any]) -> Callable[..., 
             _state.busy = False
 
     checked_impl.__python_native_checked__ = impl  # the wrapped impl, for introspection
+    checked_impl.python_native_sees_every_call = True  # a compiled front must not bypass the check
     return checked_impl
 
 

@@ -172,6 +172,7 @@ def _normalise(values: tuple[Any, ...], what: str) -> tuple[tuple[str, ...], boo
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             # stacklevel: here, op_names or op_targets, the pn function, then the user's line.
             warnings.warn(f"python_native: no op is named {value!r}{hint}", UserWarning, stacklevel=4)
+            all_known = False
         names.append(name)
     return tuple(names), all_known
 

@@ -52,19 +52,20 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any]) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
     and the ``public_name`` users type for the op, which the panel's switches then accept).
 
-    Ops slower than aten on this machine's calibrated device are left out (a calibration table
-    gates the conds of the rest where it could apply: see ``calibration.gate_override``). One op
-    that cannot be installed here never costs the others.
+    Ops slower than aten at every size on every device this key serves are left out (a
+    calibration table or the portable policy gates the conds of the rest where it can speak for
+    them: see ``calibration.gate_override``); the status report names them. One op that cannot be
+    installed here never costs the others.
     """
     log = logging.getLogger("python_native")
-    calibrated = calibration.gates_needed(dispatch_key)
     handles = []
     for spec in specs:
         public_name = getattr(spec, "public_name", None)
         if public_name is not None:  # declared whether or not it installs: the name stays known
             public_names.declare(public_name, spec.op, backward=getattr(spec, "backward", False))
-        if calibrated and calibration.never_wins(spec.op, dsl):
-            log.info("python_native: %s %s left out: slower than aten on every calibrated device", dsl, spec.op)
+        why = calibration.leave_out(spec.op, dsl, dispatch_key)
+        if why is not None:
+            log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
             continue
         try:
             handles.append(REGISTRY.register(dsl, "aten", spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))

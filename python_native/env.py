@@ -16,11 +16,13 @@ ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
 DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
+FRONT = ("PYTHON_NATIVE_FRONT",)
 CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 CUTEDSL = ("PYTHON_NATIVE_CUTEDSL",)
 CACHE_DIR = ("PYTHON_NATIVE_CACHE_DIR",)
 CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our compile path too
-XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which the kernel cache lives
+XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
+CXX = ("CXX",)  # the C++ compiler the compiled front is built with
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -30,11 +32,15 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (DUMP_DIR, "folder where every generated router is written"),
     (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
-    (CALIBRATION, "calibration tables (a file or a folder) in place of the packaged ones"),
+    (FRONT, "which dispatch front serves: python (the routers alone) or compiled (built if needed); "
+            "unset: the compiled front where a build is cached"),
+    (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
+                  "'portable': the portable policy alone; 'off': no gate"),
     (CUTEDSL, "the CuTe DSL overrides route calls from the start (read when they install, at import)"),
     (CACHE_DIR, "folder of the compiled-kernel cache (default: $XDG_CACHE_HOME or ~/.cache, python-native/kernels)"),
     (CUTE_DSL_ARCH, "GPU architecture CuTe DSL kernels are compiled for, in place of the device's (e.g. sm_90a)"),
-    (XDG_CACHE_HOME, "user cache base folder; the kernel cache defaults to python-native/kernels under it"),
+    (XDG_CACHE_HOME, "user cache base folder; python-native's caches default to python-native/ under it"),
+    (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
 )
 
 _FALSY = {"", "0", "false", "no", "off"}
@@ -112,6 +118,11 @@ def cute_dsl_arch() -> str | None:
     return _first(CUTE_DSL_ARCH)
 
 
+def cxx() -> str | None:
+    """The C++ compiler named by ``$CXX``, or None."""
+    return _first(CXX)
+
+
 def triton_runtime_interprets() -> bool:
     """Whether Triton's own ``TRITON_INTERPRET`` is on (what Triton reads as its kernels are defined)."""
     return _flag(TRITON_INTERPRET[1:])
@@ -121,6 +132,12 @@ def check_overrides() -> bool:
     """Checked mode, read at each registration: every fired override is compared with aten's kernel
     on the same inputs and a difference raises ``python_native.checked.OverrideMismatch``."""
     return _flag(CHECK)
+
+
+def front_setting() -> str | None:
+    """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
+    value = _first(FRONT)
+    return value.lower() if value is not None else None
 
 
 def import_time_values() -> tuple[str | None, ...]:

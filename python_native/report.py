@@ -11,14 +11,15 @@ import textwrap
 
 from python_native.snapshot import LEGEND, collect
 
-__all__ = ["LEGEND", "collect", "render", "to_json"]
+__all__ = ["LEGEND", "calibration_lines", "collect", "render", "to_json"]
 
 WIDTH = 100
 _INDENT = "      "
 
 
 def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def render(data: dict) -> str:
@@ -60,9 +61,15 @@ def render(data: dict) -> str:
             else "compiled graphs use Inductor's own kernels; eager calls keep their overrides "
             "(set pn.compile_mode = 'keep' to call the overrides from compiled code)"
         )
+    if "front" in data:
+        f = data["front"]
+        lines += ["", f"Dispatch front: {f['front']}"]
+        lines += _wrapped(f"why: {f['why']}")
+        if f.get("error"):
+            lines += _wrapped(f"error: {f['error']}")
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
-        lines += _calibration_lines(data["calibration"])
+        lines += calibration_lines(data["calibration"])
     lines += ["", "Environment switches"]
     for e in data["environment"]:
         value = "unset" if e["value"] is None else repr(e["value"])
@@ -87,16 +94,79 @@ def _order_note(o: dict) -> str:
     return note + ")"
 
 
-def _calibration_lines(info: dict) -> list[str]:
+def _versions(t: dict) -> str:
+    return ", ".join(f"{name} {v}" for name, v in (t.get("versions") or {}).items()) or "versions unknown"
+
+
+def _size(ranges: list) -> str:
+    """Bucket ranges as element counts: ``[[24, 63]]`` -> ``>=2^23``; ``[]`` -> ``never``."""
+    if not ranges:
+        return "never"
+    if ranges == [[0, 63]]:
+        return "always"
+    parts = [f">=2^{max(lo - 1, 0)}" if hi == 63 else f"2^{max(lo - 1, 0)}..2^{hi}" for lo, hi in ranges]
+    return " and ".join(parts)
+
+
+def _device_lines(d: dict, detail: bool) -> list[str]:
+    sources = []
+    for g in d["gated_by"]:
+        if g["kind"] == "table":
+            drift = f"; measured with {', '.join(g['drift'])}: recalibrate" if g.get("drift") else ""
+            sources.append(f"table {g['path']} ({g['origin']}; {_versions(g)}{drift})")
+        else:
+            assumed = f", assumed for {', '.join(g['assumed'])}" if g.get("assumed") else ""
+            props = ", ".join(f"{k} {v:g}" for k, v in g["properties"].items())
+            sources.append(f"the portable policy ({props}{assumed}; +{g['margin_buckets']} bucket margin)")
+    lines = _wrapped(f"device {d['device']} ({d['seen_by']}): gated by "
+                     + ("; then ".join(sources) if sources else "nothing: every cond decides alone"), "  ")
+    for dsl, ops in d["left_out"].items() if detail else ():
+        lines += _wrapped(f"left out (never faster here): {dsl} {', '.join(ops)}", "    ")
+    first = d["gated_by"][0].get("path", "portable policy") if d["gated_by"] else None
+    for dsl, per_op in d["thresholds"].items():
+        for op, per_dtype in per_op.items():
+            if not detail and op in d["left_out"].get(dsl, []):
+                continue
+            cells = []
+            for dtype, c in per_dtype.items():
+                via = "" if c["source"] == first else f" ({'portable' if c['source'] == 'portable policy' else c['source']})"
+                narrow, wide = _size(c["narrow"]), _size(c["wide"])
+                cells.append(f"{dtype} {narrow}{via}" if narrow == wide else f"{dtype} narrow {narrow}, wide {wide}{via}")
+            if all(cell.endswith(" never") for cell in cells):
+                cells = ["never"]
+            lines += _wrapped(f"{dsl} {op} fires for elements: " + "; ".join(cells), "    ")
+    return lines
+
+
+def calibration_lines(info: dict, detail: bool = False) -> list[str]:
+    """The calibration section: tables found (and skipped, with the fix), and per device what gates it."""
+    lines = [f"  mode: {info.get('mode', '?')}; tables from {info.get('source', '?')}; user tables in {info.get('user_dir')}"]
     if info.get("error"):
-        return _wrapped(f"tables unreadable ({info['source']}): {info['error']}")
-    lines = [f"  tables from {info['source']}: {len(info['tables'])}"]
-    lines += [f"    {t['device']}: {t.get('rows', '?')} rows ({t.get('path')})" for t in info["tables"]]
-    if info["in_force"]:
+        lines += _wrapped(f"could not be described: {info['error']}")
+    lines.append(f"  tables found: {len(info['tables'])}")
+    for t in info["tables"]:
+        lines += _wrapped(f"{t['device']}: {t.get('rows', '?')} rows, {_versions(t)} ({t['origin']}: {t['path']}); "
+                          f"{t.get('use', '')}", "    ")
+    for s in info["skipped"]:
+        lines += _wrapped(f"skipped {s['path']} ({s['origin']}): {s['reason']}", "    ")
+        lines += _wrapped(f"fix: {s['fix']}", "      ")
+    for d in info["devices"]:
+        lines += _device_lines(d, detail)
+    for key, per_dsl in (info.get("left_out") or {}).items():
+        for dsl, ops in per_dsl.items():
+            lines += _wrapped(f"not installed at {key}: {dsl} {', '.join(sorted(ops))} ({next(iter(ops.values()))})", "  ")
+    if detail and info.get("portable"):
+        p = info["portable"]
+        lines.append(f"  portable policy: evidence {len(p['evidence'])} table(s), margin {p['margin_buckets']} bucket(s)")
+        lines += [f"    {e['device']} ({e['path']})" for e in p["evidence"]]
+        lines += [line for note in p["notes"] for line in _wrapped(note, "    ")]
+    if info.get("in_force"):
         lines.append(f"  in force here: {info['in_force']}")
+    elif any(d["device"] == info.get("device") and d["gated_by"] for d in info["devices"]):
+        lines += _wrapped(f"in force here: the portable policy (device {info['device']})", "  ")
     else:
-        device = info["device"] or "not known until a kernel runs on the GPU"
-        lines += _wrapped(f"in force here: none (device {device}); every cond decides alone, as uncalibrated")
+        device = info.get("device") or "not known until a kernel runs on the GPU"
+        lines += _wrapped(f"in force here: none (device {device}); every cond decides alone, as uncalibrated", "  ")
     return lines
 
 

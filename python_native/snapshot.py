@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native import _bootstrap, calibration, compiled, dsl_registry, env, native_bridge
+from python_native import _bootstrap, calibration, compiled, dsl_registry, env, front, native_bridge
 from python_native.core.registry import REGISTRY
 from python_native.dispatch_keys import unreachable_reason
 
@@ -126,6 +126,7 @@ def collect() -> dict:
         "overrides": overrides,
         "calibration": calibration.describe(),
         "compile": compiled.describe(),
+        "front": front.describe(),
         "environment": env.current(),
         "legend": dict(LEGEND),
     }

@@ -1,7 +1,14 @@
-"""Fixtures: a test DSL overriding real aten ops at the CPU key, and clean state per test."""
+"""Fixtures: a test DSL overriding real aten ops at the CPU key, clean state per test, and both
+dispatch fronts for the dispatcher-level modules.
+
+A module marked ``pytestmark = pytest.mark.both_fronts`` runs each of its tests twice: with the
+Python routers alone and with the compiled front above them (built once per session into the user
+cache; where no C++ compiler can build it, the compiled half skips with the compiler's reason).
+"""
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -18,6 +25,45 @@ if TEST_DSL not in pn.all_dsls:
         TEST_DSL,
         types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: Version("1.2.3")),
     )
+
+
+FRONTS = ("python", "compiled")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "both_fronts: run each test with the Python routers and the compiled front")
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("both_fronts") is not None:
+        metafunc.fixturenames.append("dispatch_front")
+        metafunc.parametrize("dispatch_front", FRONTS, indirect=True)
+
+
+@functools.cache
+def compiled_front_problem() -> str | None:
+    """Build the compiled front once for the session (or find it cached); why it cannot be, else None."""
+    from python_native import front
+
+    try:
+        front.ensure_built()
+    except Exception as e:  # no compiler, or a compiler that fails: only the compiled half skips
+        return f"the compiled front cannot be built here: {e}"
+    return None
+
+
+@pytest.fixture
+def dispatch_front(request):
+    """The front serving this test (parametrized by ``both_fronts``)."""
+    from python_native import front
+
+    name = request.param
+    if name == "compiled":
+        problem = compiled_front_problem()
+        if problem is not None:
+            pytest.skip(problem)
+    with front.serving(name):
+        yield name
 
 
 @pytest.fixture
@@ -49,3 +95,16 @@ def marked_sub(self, other, alpha=1):
 @pytest.fixture
 def x():
     return torch.arange(6, dtype=torch.float32).reshape(2, 3)
+
+
+@pytest.fixture
+def calib(tmp_path, monkeypatch):
+    """Isolated calibration sources (``calibration_testing.Sources``); everything restored afterwards."""
+    from calibration_testing import Sources
+
+    from python_native import calibration
+
+    yield Sources(tmp_path, monkeypatch)
+    calibration.set_device_key_fn(None)
+    monkeypatch.undo()
+    calibration.reset()

@@ -9,6 +9,8 @@ import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
 from python_native.core.registry import REGISTRY
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 
 def register(*args, **kwargs):
     return pn.register_op_override(*args, **kwargs)

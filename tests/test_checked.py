@@ -15,6 +15,8 @@ from conftest import always, marked_sub
 from python_native.checked import OverrideMismatch
 from python_native.core.registry import REGISTRY
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -11,6 +11,8 @@ import python_native as pn
 import python_native_dsls.triton as backend
 from python_native.compiled import mode as compile_mode
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 aten = torch.ops.aten
 
 

@@ -8,6 +8,8 @@ import torch
 import python_native as pn
 from conftest import always
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 
 def plus_one_mul(self, other):
     """A mul that is visibly ours (adds 1) and never calls aten::mul in any variant."""

@@ -14,6 +14,8 @@ from conftest import TEST_DSL, always, marked_sub
 from python_native.core import routers
 from python_native.core.registry import REGISTRY
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 
 def _register(op: str, cond, impl, **kwargs):
     return pn.register_op_override(TEST_DSL, "aten", op, kwargs.pop("key", "CPU"), cond, impl, **kwargs)

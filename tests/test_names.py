@@ -10,6 +10,8 @@ import torch
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 
 def bmm_marked(self, mat2):
     return torch.ops.aten.mm.default(self[0], mat2[0]).unsqueeze(0) + 1000

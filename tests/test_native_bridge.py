@@ -10,9 +10,12 @@ import torch
 import python_native as pn
 from python_native import native_bridge
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("torch._native") is None, reason="this torch has no in-tree registry (torch._native)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch._native") is None, reason="this torch has no in-tree registry (torch._native)"
+    ),
+    pytest.mark.both_fronts,  # dispatcher-level: each test under both fronts
+]
 
 
 @pytest.fixture

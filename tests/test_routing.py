@@ -8,6 +8,8 @@ import torch
 import python_native as pn
 from conftest import always, marked_sub
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 
 def test_override_routes_and_falls_back(overrides, x):
     calls = []

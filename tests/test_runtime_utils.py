@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import python_native as pn
 from conftest import always, marked_sub
 from python_native import speckey
+
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
 
 def test_spec_key_fast_path_and_fake_tensors_agree():

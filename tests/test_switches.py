@@ -8,6 +8,8 @@ import torch
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 
 def routed(x) -> bool:
     return bool(torch.sub(x, x)[0, 0] == 1000)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
+
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
 DURATION_S = 3.0
 

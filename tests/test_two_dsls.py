@@ -14,6 +14,8 @@ from python_native import calibration, report
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 
+pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
+
 FAST, SLOW = "twin_fast", "twin_slow"  # FAST is calibrated faster than SLOW where both beat aten
 MARK = {FAST: 1000.0, SLOW: 2000.0}
 
@@ -191,8 +193,8 @@ def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch)
         installed.append((dsl, op, key, extensions.routed_pieces(handle)[0]))
         return object()
 
-    monkeypatch.setattr(calibration, "gates_needed", lambda dispatch_key: True)
-    monkeypatch.setattr(calibration, "never_wins", lambda op, dsl="triton": False)
+    monkeypatch.setattr(calibration.gates, "could_gate", lambda dispatch_key, dsl, op: True)
+    monkeypatch.setattr(calibration, "leave_out", lambda op, dsl, dispatch_key: None)
     monkeypatch.setattr(REGISTRY, "register", register)
     was_off = REGISTRY.is_off("dsl", "cutedsl")
     try:

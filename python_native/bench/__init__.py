@@ -17,7 +17,14 @@ the command's choices), ``output`` (table, geometric mean, plot, JSON) and ``cal
 tables).
 """
 
-from python_native.bench.calibrating import CalibArgs, calibrate, calibrated_dsls, calibration_shapes
+from python_native.bench.calibrating import (
+    CalibArgs,
+    calibrate,
+    calibrated_dsls,
+    calibration_shapes,
+    calibration_steps,
+    device_properties,
+)
 from python_native.bench.measure import (
     environment,
     measure_case,
@@ -34,7 +41,7 @@ from python_native.bench.timing import Fn, Timer, copy_bandwidth, cpu_timer, gpu
 
 __all__ = [
     "HEADER", "IO_FACTOR", "MISSING", "OPS", "CalibArgs", "Case", "Fn", "Inputs", "Row", "Timer", "bytes_moved",
-    "calibrate", "calibrated_dsls", "calibration_shapes", "cases", "competitors", "copy_bandwidth", "cpu_timer",
+    "calibrate", "calibrated_dsls", "calibration_shapes", "calibration_steps", "cases", "competitors", "copy_bandwidth", "cpu_timer", "device_properties",
     "environment", "format_row", "geometric_mean_line", "gpu_throughput_timer", "gpu_timer", "json_document",
     "make_inputs", "measure_case", "parse_dtypes", "parse_ops", "pick_device", "plot", "run_rows", "runner",
     "torch_function",

@@ -119,15 +119,49 @@ def _only(dsl: str, others: Sequence[str]) -> Iterator[None]:
             REGISTRY.disable("dsl", [dsl])
 
 
+Step = tuple  # (aten op symbol, its DSLs, dtype, shape)
+
+
+def calibration_steps(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None) -> list[Step]:
+    """What a calibration run measures, in order: per op, dtype and shape, every DSL overriding the op."""
+    steps = []
+    for symbol, dsls in calibrated_dsls(ops).items():
+        for dtype in dtypes:
+            for shape in calibration_shapes(quick):
+                if symbol == "bmm" and math.prod(shape) > (1 << 21):
+                    continue  # the outer product's output is 16x the input: keep memory bounded
+                steps.append((symbol, dsls, dtype, shape))
+    return steps
+
+
+def device_properties(device: str) -> dict[str, float] | None:
+    """What the portable policy scales by, for the GPU being calibrated (NVML, else torch's properties)."""
+    if device != "cuda":
+        return None
+    from python_native import calibration, nvml
+
+    index = torch.cuda.current_device()
+    props: dict[str, float] = dict(nvml.properties(calibration.device_key(torch.device("cuda", index))) or {})
+    p = torch.cuda.get_device_properties(index)
+    props.setdefault("sm_count", p.multi_processor_count)
+    bus, clock_khz = getattr(p, "memory_bus_width", 0), getattr(p, "memory_clock_rate", 0)
+    if bus and clock_khz:
+        props.setdefault("memory_bandwidth_gbps", round(bus / 8 * clock_khz * 2 / 1e6, 1))
+    return props
+
+
+Progress = Callable[[dict | None, int, int], None]  # (row, or None for a step not measured; done; total)
+
+
 def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None,
-              threshold: float = 1.05, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+              threshold: float = 1.05, progress: Progress | None = None) -> dict[str, Any]:
     """Time every installed, available DSL's override against aten on this device; return a calibration table.
 
     Each DSL is timed alone (the other DSLs held off), so where two DSLs override an op both get
     rows, side by side, and the gates pick the faster one per size bucket. A row ``wins`` when
     aten_ms / override_ms >= ``threshold`` there and at every larger size of its row-width class
     (``calibration.confirm_wins``); shapes where the override's own cond declines are not
-    measured (the gate never sees them).
+    measured (the gate never sees them). ``progress`` hears of each (DSL, shape) step.
     """
     import datetime
 
@@ -135,50 +169,53 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
 
     timer = gpu_throughput_timer() if device == "cuda" else cpu_timer()
     builders = _calibration_args()
-    per_op = calibrated_dsls(ops)
+    steps = calibration_steps(dtypes, quick, ops)
+    total, done = sum(len(dsls) for _, dsls, _, _ in steps), 0
     every_dsl = dsl_registry.names()
     rows: list[dict[str, Any]] = []
     with calibration.suspended():
-        for symbol, dsls in per_op.items():
+        for symbol, dsls, dtype, shape in steps:
             op = getattr(torch.ops.aten, symbol)
-            for dtype in dtypes:
-                for shape in calibration_shapes(quick):
-                    if symbol == "bmm" and math.prod(shape) > (1 << 21):
-                        continue  # the outer product's output is 16x the input: keep memory bounded
-                    x = torch.randn(*shape, device=device, dtype=dtype)
-                    args = builders[symbol](x, torch.randn_like(x))
-                    base: float | None = None
-                    for dsl in dsls:
-                        with _only(dsl, every_dsl):
-                            with pn.trace() as t:
-                                op(*args)
-                            if not any(e.op == symbol and e.dsl == dsl and e.outcome == "override" for e in t.events):
-                                continue
-                            ours = timer(lambda op=op, args=args: op(*args), [])
-                        if base is None:
-                            with _aten_only():
-                                base = timer(lambda op=op, args=args: op(*args), [])
-                        speedup = base / ours if ours else 0.0
-                        row = {
-                            "dsl": dsl, "op": symbol, "dtype": str(dtype).removeprefix("torch."),
-                            "bucket": calibration.size_bucket(args[0].numel()), "shape": list(shape),
-                            "last_dim": args[0].shape[-1],
-                            "override_ms": round(ours, 5), "aten_ms": round(base, 5), "speedup": round(speedup, 4),
-                            "wins": speedup >= threshold,
-                        }
-                        rows.append(row)
-                        if progress is not None:
-                            progress(row)
+            x = torch.randn(*shape, device=device, dtype=dtype)
+            args = builders[symbol](x, torch.randn_like(x))
+            base: float | None = None
+            for dsl in dsls:
+                row = None
+                with _only(dsl, every_dsl):
+                    with pn.trace() as t:
+                        op(*args)
+                    fired = any(e.op == symbol and e.dsl == dsl and e.outcome == "override" for e in t.events)
+                    ours = timer(lambda op=op, args=args: op(*args), []) if fired else None
+                if ours is not None:
+                    if base is None:
+                        with _aten_only():
+                            base = timer(lambda op=op, args=args: op(*args), [])
+                    speedup = base / ours if ours else 0.0
+                    row = {
+                        "dsl": dsl, "op": symbol, "dtype": str(dtype).removeprefix("torch."),
+                        "bucket": calibration.size_bucket(args[0].numel()), "shape": list(shape),
+                        "last_dim": args[0].shape[-1],
+                        "override_ms": round(ours, 5), "aten_ms": round(base, 5), "speedup": round(speedup, 4),
+                        "wins": speedup >= threshold,
+                    }
+                    rows.append(row)
+                done += 1
+                if progress is not None:
+                    progress(row, done, total)
     calibration.confirm_wins(rows, threshold)
     key = calibration.device_key(torch.device(device, torch.cuda.current_device()) if device == "cuda" else device)
-    return {
+    table = {
         "format": calibration.FORMAT,
         "device": key,
         "torch": torch.__version__,
         "triton": str(pn.triton.version),
-        "dsls": {name: str(dsl_registry.version(name)) for name in sorted({d for ds in per_op.values() for d in ds})},
+        "dsls": {name: str(dsl_registry.version(name)) for name in sorted({d for _, ds, _, _ in steps for d in ds})},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "bucket": "bit_length(numel of the op's first tensor argument)",
         "threshold": threshold,
         "rows": rows,
     }
+    props = device_properties(device)
+    if props:
+        table["device_properties"] = props
+    return table

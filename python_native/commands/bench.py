@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column (default on GPU)")
     parser.add_argument("--calibrate", action="store_true",
                         help="time each overridden aten op against aten per dtype and size bucket; write a table")
-    parser.add_argument("--output", default=None, help="where --calibrate writes its table (default: ./<device>.json)")
+    parser.add_argument("--output", default=None,
+                        help="where --calibrate writes its table (default: the user's cache dir, "
+                             "in force for every later process on this machine)")
     parser.add_argument("--threshold", type=float, default=1.05,
                         help="--calibrate: minimum aten/override time ratio for the override to stay on "
                              "(default %(default)s: a win must clear the timer's noise)")
@@ -99,6 +100,7 @@ def _write_json(path: str, env: dict, rows: list) -> None:
 
 def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:
     from python_native import bench, calibration
+    from python_native.bench.progress import Progress
 
     if not args.threshold > 0:
         return _fail(f"--threshold {args.threshold}: must be a positive aten/override time ratio (e.g. 1.0)")
@@ -116,16 +118,34 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
         }
         ops = [symbol for op in ops for symbol in symbols[op]]
 
-    def progress(row: dict) -> None:
-        print(f"{row['op']:<28} {row['dtype']:<9} bucket {row['bucket']:>2} {'x'.join(map(str, row['shape'])):>12} "
-              f"{row['override_ms']:10.4f} {row['aten_ms']:10.4f} {row['speedup']:6.2f}x "
-              f"{'wins' if row['wins'] else 'loses'}", file=sys.stderr, flush=True)
+    target = Path(args.output).expanduser().parent if args.output else calibration.sources.user_dir()
+    problem = calibration.store.unwritable(target)
+    if problem is not None:
+        return _fail(f"cannot write a calibration table into {problem}; pass --output FILE to write it elsewhere")
+    steps = bench.calibration_steps(dtypes, args.quick, ops)
+    bar = Progress(sum(len(dsls) for _, dsls, _, _ in steps), "calibrating", sys.stderr)
 
-    table = bench.calibrate(device, dtypes, args.quick, ops, args.threshold, progress)
-    path = Path(args.output or calibration.table_filename(table["device"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(table, indent=1) + "\n")
+    def progress(row: dict | None, done: int, total: int) -> None:
+        bar.step("" if row is None else
+                 f"{row['dsl']:<8} {row['op']:<28} {row['dtype']:<9} bucket {row['bucket']:>2} "
+                 f"{'x'.join(map(str, row['shape'])):>12} {row['override_ms']:10.4f} {row['aten_ms']:10.4f} "
+                 f"{row['speedup']:6.2f}x {'wins' if row['wins'] else 'loses'}")
+
+    try:
+        table = bench.calibrate(device, dtypes, args.quick, ops, args.threshold, progress)
+    finally:
+        elapsed = bar.close()
+    try:
+        path = calibration.save_table(table, args.output)
+    except OSError as e:
+        where = args.output or calibration.sources.user_dir()
+        return _fail(f"cannot write the calibration table to {where} ({e}); pass --output FILE to write it elsewhere")
     losing = sum(not r["wins"] for r in table["rows"])
     print(f"calibration table for {table['device']!r} written to {path}: {len(table['rows'])} rows, "
-          f"{losing} where aten is faster; use it with PYTHON_NATIVE_CALIBRATION={path}")
+          f"{losing} where aten is faster; calibrated in {elapsed:.1f} s")
+    if args.output:
+        print(f"use it with {calibration.ENV_VAR}={path}")
+    else:
+        print("in force from now on for every process on this machine (the user's tables; "
+              "`python -m python_native calibration` lists them)")
     return 0

@@ -1,10 +1,11 @@
-"""``python -m python_native precompile``: build the CuTe DSL kernels into the on-disk kernel cache.
+"""``python -m python_native precompile``: build the compiled dispatch front and the CuTe DSL kernels.
 
-Every specialization the op modules declare (op x dtype x size class) is compiled for ``--arch``
-without a GPU, so the first call on a GPU machine loads a binary instead of compiling. A second
-run finds every entry in the cache and says so (``"cached": true``). ``--arch``, ``--op``,
-``--dtype`` and ``--size-class`` are checked before anything compiles; a bad value is answered
-in one line listing what is allowed.
+The front (``python_native.front``) is built for the running torch and compiler into the user's
+cache; ``import torch`` loads it from there from then on. Every CuTe DSL specialization the op
+modules declare (op x dtype x size class) is compiled for ``--arch`` without a GPU, so the first
+call on a GPU machine loads a binary instead of compiling. A second run finds everything in the
+caches and says so (``"cached": true``). ``--arch``, ``--op``, ``--dtype`` and ``--size-class``
+are checked before anything is built; a bad value is answered in one line listing what is allowed.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import json
 import os
 import sys
 
-HELP = "compile the CuTe DSL kernels ahead of time into the on-disk kernel cache (no GPU needed)"
+HELP = "build the compiled dispatch front and the CuTe DSL kernels ahead of time (no GPU needed)"
 
-DSLS = ("cutedsl",)
+TARGETS = ("all", "front", "cutedsl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dsl", choices=DSLS, default="cutedsl", help="the DSL whose kernels to build")
+    parser.add_argument("--dsl", choices=TARGETS, default="all",
+                        help="what to build: the compiled dispatch front, the CuTe DSL kernels, or both (default)")
     parser.add_argument("--arch", default="sm_90a", help="target GPU architecture, e.g. sm_90a (H100) or sm_80")
     parser.add_argument("--op", action="append", help="only this aten op (repeatable), e.g. _fused_rms_norm")
     parser.add_argument("--dtype", action="append", help="only this dtype (repeatable): float32, float16, bfloat16")
@@ -56,13 +58,29 @@ def _fail(message: str) -> int:
     return 2
 
 
-def run(args: argparse.Namespace) -> int:
+def _build_front(args: argparse.Namespace) -> tuple[dict, int]:
+    from python_native import front
+
+    try:
+        result = front.ensure_built()
+    except Exception as e:  # the compiler's message is the report
+        result, failed = {"error": f"{type(e).__name__}: {e}"}, 1
+    else:
+        failed = 0
+    if not args.json:
+        state = result.get("error") or (
+            f"cached at {result['library']}" if result["cached"] else f"built in {result['seconds']} s: {result['library']}"
+        )
+        print(f"compiled dispatch front: {state}")
+    return result, failed
+
+
+def _kernel_entries(args: argparse.Namespace) -> tuple[list | None, str | None]:
+    """The CuTe DSL specializations to build (None when CuTe DSL is not installed), or why the options are bad."""
     from python_native_dsls import cutedsl
 
-    problem = cutedsl._install_problem()
-    if problem is not None:
-        print(f"precompile: {problem}; install it with `pip install python-native[cutedsl]`")
-        return 1
+    if cutedsl._install_problem() is not None:
+        return None, None
     # Compiling needs no device; hiding devices keeps the compiler from probing one.
     os.environ.setdefault("CUTE_DSL_ARCH", args.arch)
     from python_native_dsls.cutedsl.kernels import compiler
@@ -77,16 +95,47 @@ def run(args: argparse.Namespace) -> int:
     ):
         bad = _bad(option, values, allowed)
         if bad:
-            return _fail(bad)
+            return [], bad
     entries = _selected(entries, args)
     if not entries:
-        return _fail("no specialization matches the given --op/--dtype/--size-class filters together")
-    return _build(entries, args, compiler)
+        return [], "no specialization matches the given --op/--dtype/--size-class filters together"
+    return entries, None
 
 
-def _build(entries: list, args: argparse.Namespace, compiler) -> int:
+def run(args: argparse.Namespace) -> int:
+    entries: list | None = []
+    if args.dsl in ("all", "cutedsl"):
+        entries, bad = _kernel_entries(args)
+        if bad:
+            return _fail(bad)
+    front, front_failed = _build_front(args) if args.dsl in ("all", "front") else (None, 0)
+    if args.dsl == "front":
+        if args.json:
+            print(json.dumps({"front": front}, indent=2))
+        return front_failed
+    if entries is None:
+        from python_native_dsls import cutedsl
+
+        note = (f"CuTe DSL kernels skipped: {cutedsl._install_problem()}; "
+                "install it with `pip install python-native[cutedsl]`")
+        if args.json:
+            print(json.dumps({"front": front, "cutedsl": note}, indent=2))
+        else:
+            print(note)
+        return 1 if args.dsl == "cutedsl" or front_failed else 0
+    summary, failed = _build_kernels(entries, args)
+    summary = {"front": front, **summary}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['compiled']} compiled, {summary['cached']} reused from {summary['cache_dir']}, {failed} failed")
+    return 1 if failed or front_failed else 0
+
+
+def _build_kernels(entries: list, args: argparse.Namespace) -> tuple[dict, int]:
     from python_native.commands.progress import Progress
     from python_native.kernel_cache import KernelCache
+    from python_native_dsls.cutedsl.kernels import compiler
 
     cache = KernelCache(args.cache_dir) if args.cache_dir else KernelCache()
     results, failed = [], 0
@@ -114,8 +163,4 @@ def _build(entries: list, args: argparse.Namespace, compiler) -> int:
         "cached": sum(1 for r in results if r["cached"]),
         "failed": failed,
     }
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(f"{summary['compiled']} compiled, {summary['cached']} reused from {summary['cache_dir']}, {failed} failed")
-    return 1 if failed else 0
+    return summary, failed

@@ -40,6 +40,9 @@ OVERRIDE_REMOVED: list[Callable[[OverrideHandle], None]] = []
 SLOT_REGISTERED: list[Callable[[Any], None]] = []
 SLOT_UNREGISTERING: list[Callable[[Any], None]] = []
 SLOT_REFRESHED: list[Callable[[Any], None]] = []
+# Text by which the dispatcher's dump names a registration a listener makes above a router, so the
+# core can tell the kernel it shadows from its own layers.
+OWN_REGISTRATIONS: list[str] = []
 
 
 def _add(points: list, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 
 from python_native import dsl_registry, env, schema
@@ -43,6 +45,8 @@ class Registry:
         self._routability_checked: set[str] = set()  # each DSL's runtime is checked once
         self._uids = itertools.count()
         self._tombstones = routers.Tombstones()
+        self._retired: dict[Slot, float] = {}  # slots left with no override, kept registered for now
+        self._sweeper: threading.Timer | None = None
 
     # ----- activity -----
 
@@ -107,7 +111,9 @@ class Registry:
 
     def _slot_for(self, handle: OverrideHandle) -> Slot:
         slot = self.slots.get((handle.lib, handle.op, handle.dispatch_key))
-        if slot is None:
+        if slot is not None:
+            self._retired.pop(slot, None)  # a retired slot serves again: nothing changes in the dispatcher
+        else:
             slot = self._install_slot(handle.lib, schema.signature_of(handle.lib, handle.op), handle.dispatch_key)
         return slot
 
@@ -197,12 +203,49 @@ class Registry:
                 self.refresh(slot)
                 self._tombstones.bury(slot, o)
                 if not slot.overrides:
-                    self._uninstall_slot(slot)
+                    self._retire(slot)
                 removed.append(o)
             for o in removed:
                 extensions.notify(extensions.OVERRIDE_REMOVED, o)
             if removed:
                 extensions.notify(extensions.OVERRIDES_CHANGED)
+
+    def _retire(self, slot: Slot) -> None:
+        """A slot left with no override leaves the dispatcher, at once where no other thread can be
+        calling it, else once calls have had ``RETIRE_SECONDS`` to leave (its router meanwhile only
+        calls the captured kernel, and a new override of the op takes the slot back)."""
+        if len(sys._current_frames()) <= 1:
+            self._uninstall_slot(slot)
+            return
+        self._retired[slot] = time.monotonic()
+        if self._sweeper is None:
+            self._sweeper = threading.Timer(RETIRE_SECONDS, self._sweep_retired)
+            self._sweeper.daemon = True
+            self._sweeper.start()
+
+    def _sweep_retired(self) -> None:
+        """Uninstall the retired slots whose grace has passed and whose router no thread runs."""
+        with self.lock:
+            self._sweeper = None
+            now = time.monotonic()
+            running = slots.running_codes()
+            for slot, since in list(self._retired.items()):
+                codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
+                if slot.overrides or now - since < RETIRE_SECONDS or codes & running:
+                    continue
+                del self._retired[slot]
+                self._uninstall_slot(slot)
+            if self._retired:
+                self._sweeper = threading.Timer(RETIRE_SECONDS, self._sweep_retired)
+                self._sweeper.daemon = True
+                self._sweeper.start()
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until every retired slot has left the dispatcher; True when none is left."""
+        deadline = time.monotonic() + timeout
+        while self._retired and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._retired
 
     # ----- routers -----
 
@@ -231,6 +274,9 @@ class Registry:
         slot.current_source, code = hit
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
+        slot.active, slot.traced = tuple(active), traced
+        if extensions.SLOT_REFRESHED:
+            extensions.notify(extensions.SLOT_REFRESHED, slot)
 
     def _refresh_names(self, kind: str, names: Sequence[str]) -> None:
         for slot in self.index.slots(kind, names):
@@ -309,6 +355,8 @@ class Registry:
         return slot.current_source
 
 
+RETIRE_SECONDS = 1.0
+
 REGISTRY = Registry()
 
 
@@ -321,6 +369,8 @@ def _renew_locks_in_child() -> None:
     if not REGISTRY.lock._is_owned():
         REGISTRY.lock = threading.RLock()
     REGISTRY.traces._lock = threading.Lock()
+    REGISTRY._sweeper = None  # the timer thread did not survive the fork; the next removal starts one
+    slots.GRAVEYARD.renew_lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -51,7 +51,9 @@ def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_k
     source = codegen.router_source(slot.sig, steps, traced=traced, fallback_event="_pn_fallback_event", comment=comment)
     suffix = "_".join(str(o.uid) for o in active) or "none"
     filename = f"{slot.file_stem}__{suffix}{'__traced' if traced else ''}.py"
-    code = codegen.compile_router(source, f"<python_native router {filename}>")
+    # The code's file name is the slot's, not the variant's: a name per variant would be a new
+    # string kept by the interpreter for every registration; the source's first line names them.
+    code = codegen.compile_router(source, f"<python_native router {slot.file_stem}>")
     codegen.dump(source, filename)
     if len(slot.codes) >= MAX_CACHED_VARIANTS:
         slot.codes.clear()

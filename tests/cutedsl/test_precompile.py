@@ -48,7 +48,7 @@ def test_filters_that_match_nothing_fail_clearly(tmp_path):
 
 @pytest.mark.skipif(INSTALLED, reason="CuTe DSL is installed")
 def test_without_cutlass_it_says_what_to_install(tmp_path):
-    r = _precompile(tmp_path)
+    r = _precompile(tmp_path, "--dsl", "cutedsl")
     assert r.returncode == 1 and "nvidia-cutlass-dsl not installed" in r.stdout
 
 
@@ -70,7 +70,7 @@ def test_bad_options_are_answered_in_one_line_before_compiling(tmp_path, args, n
 
 @requires_cutlass
 def test_progress_counts_kernels_with_an_eta(tmp_path):
-    proc = _precompile(tmp_path, "--op", "_softmax", "--dtype", "float32", "--size-class", "short")
+    proc = _precompile(tmp_path, "--dsl", "cutedsl", "--op", "_softmax", "--dtype", "float32", "--size-class", "short")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert [line[:5] for line in lines[:2]] == ["[1/2 ", "[2/2 "]
