@@ -20,6 +20,11 @@ class OverrideSpec:
     is the rule on GPUs, so at a GPU key it is installed only where a calibration table in force
     has evidence for it (``python_native.dsl_support.unmeasured_reason``); under Triton's
     interpreter (the CPU key) it is installed as any other.
+
+    ``public_name`` is the name a PyTorch user types for the op (``"softmax"`` for ``_softmax``
+    and for its backward, ``"layer_norm"`` for ``native_layer_norm``...); ``backward`` marks the
+    op as the backward of the forward declared under the same name. The panel's switches accept
+    the public name and cover the forward and backward with it (see ``python_native.public_names``).
     """
 
     op: str
@@ -28,15 +33,19 @@ class OverrideSpec:
     options: dict[str, Any] = field(default_factory=dict)
     measured: bool = True
     lib: str = "aten"
+    public_name: str | None = None
+    backward: bool = False
 
     @classmethod
     def planned(
-        cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True, **options: Any
+        cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
+        public_name: str | None = None, backward: bool = False, **options: Any
     ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
         further registration options (``derive_variants``, ``priority``)."""
-        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured)
+        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured,
+                   public_name=public_name, backward=backward)
 
 
 def has_kernel(op: str, key: str, lib: str = "aten") -> bool:

@@ -7,15 +7,16 @@ modules. Mounting puts that same module object at ``torch.backends.python_native
 
 from __future__ import annotations
 
+import difflib
 import sys
 import types
 from functools import cache
 
-from python_native import compiled, dsl_registry
+from python_native import _bootstrap, compiled, dsl_registry
 from python_native.controller import DSLController
 
 PUBLIC_API = (
-    "all_dsls", "available_dsls", "get_dsl_operations", "register_dsl", "register_op_override",
+    "all_dsls", "available_dsls", "get_dsl_operations", "operation_names", "register_dsl", "register_op_override",
     "disable_operations", "enable_operations", "operations_disabled",
     "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled",
     "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
@@ -36,10 +37,13 @@ class PythonNativeModule(types.ModuleType):
 
     @property
     def all_dsls(self) -> list[str]:
+        _bootstrap.settle()
         return dsl_registry.names()
 
     @property
     def available_dsls(self) -> list[str]:
+        """The DSLs whose runtime can run here (``pn.status()`` says why one has no override installed)."""
+        _bootstrap.settle()
         return [name for name in dsl_registry.names() if dsl_registry.available(name)]
 
     @property
@@ -56,10 +60,12 @@ class PythonNativeModule(types.ModuleType):
         if not (name.startswith("__") and name.endswith("__")):
             if dsl_registry.is_known(name):
                 return controller(name)
-        raise AttributeError(
-            f"module 'python_native' has no attribute {name!r} (DSLs: {self.all_dsls})"
-            if not name.startswith("__") else f"module 'python_native' has no attribute {name!r}"
-        )
+        if name.startswith("__"):
+            raise AttributeError(f"module 'python_native' has no attribute {name!r}")
+        dsls = self.all_dsls
+        close = difflib.get_close_matches(name, [*dsls, *PUBLIC_API], n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise AttributeError(f"module 'python_native' has no attribute {name!r}; {hint}(DSLs: {dsls})")
 
     def __dir__(self) -> list[str]:
         names = set(super().__dir__()) | set(PUBLIC_API)

@@ -116,3 +116,19 @@ def check_switchable_keys(values: Iterable[Any]) -> tuple[str, ...]:
             )
         names.append(value)
     return tuple(names)
+
+
+def unreachable_reason(key: str) -> str | None:
+    """Why no call on this machine reaches an override at ``key`` (no device of its kind), or None."""
+    if key.endswith("CUDA"):
+        if not torch.backends.cuda.is_built():
+            return "this torch build has no CUDA"
+        if not torch.cuda.is_available():
+            return "no CUDA device here"
+    for device in ("XPU", "MPS"):
+        if key.endswith(device):
+            module = getattr(torch, device.lower(), None) if device == "XPU" else torch.backends.mps
+            available = getattr(module, "is_available", None)
+            if not (callable(available) and available()):
+                return f"no {device} device here"
+    return None

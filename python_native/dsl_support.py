@@ -10,7 +10,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native import calibration, env
+from python_native import calibration, env, public_names
 from python_native.core.registry import REGISTRY
 
 
@@ -69,7 +69,7 @@ def unmeasured_reason(op: str, dsl: str, dispatch_key: str) -> str | None:
 
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
-    ``measured``).
+    ``measured``, and the ``public_name`` users type for the op, which the panel's switches then accept).
 
     Ops slower than aten at every size on every device this key serves are left out (a
     calibration table or the portable policy gates the conds of the rest where it can speak for
@@ -82,6 +82,9 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
     handles = []
     for spec in specs:
         lib = getattr(spec, "lib", "aten")
+        public_name = getattr(spec, "public_name", None)
+        if public_name is not None:  # declared whether or not it installs: the name stays known
+            public_names.declare(public_name, spec.op, backward=getattr(spec, "backward", False))
         why = None if getattr(spec, "measured", True) else unmeasured_reason(spec.op, dsl, dispatch_key)
         if why is not None:
             if skipped is not None:

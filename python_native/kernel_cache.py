@@ -28,22 +28,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from python_native import env
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover  (non-POSIX: no cross-process lock, writes stay atomic)
     fcntl = None  # type: ignore[assignment]
 
-CACHE_DIR_ENV = "PYTHON_NATIVE_CACHE_DIR"
+CACHE_DIR_ENV = env.CACHE_DIR[0]
 MAGIC = b"PYTHON-NATIVE-KERNEL 1\n"
 _MAX_HEADER = 1 << 16
 
 
 def default_root() -> Path:
     """Where entries live: the env override, else the user cache dir."""
-    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    override = env.cache_dir()
     if override:
         return Path(override).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.user_cache_base() or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "python-native" / "kernels"
 
 

@@ -33,6 +33,8 @@ def render(data: dict) -> str:
             lines += _wrapped(f"why unavailable: {d['reason']}")
         if d["hint"]:
             lines += _wrapped(f"hint: {d['hint']}")
+        if d.get("note"):
+            lines += _wrapped(f"note: {d['note']}")
         for family, why in d["skipped"].items():
             lines += _wrapped(f"not installed: {family} ({why})")
     lines += ["", f"Overrides ({len(data['overrides'])})"]
@@ -45,6 +47,8 @@ def render(data: dict) -> str:
             f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
             + (f"  (registered through {o['origin']})" if o.get("origin") else "")
         )
+        if o.get("unreachable"):
+            lines += _wrapped(f"never reached: {o['unreachable']}")
         if o.get("slot_overrides", 1) > 1:
             lines += _wrapped(_order_note(o))
     if data.get("declared_ops"):

@@ -54,6 +54,12 @@ def test_softmax_json_passes_and_covers_forward_and_backward():
     assert {r["dtype"] for r in report["rows"]} == {"float32", "float16", "bfloat16"}
     assert all(r["fired"] > 0 and r["status"] == "ok" for r in report["rows"])
     assert report["coverage"]["ops"] == {"_softmax": True, "_softmax_backward_data": True}
+    # A relative error stands beside each absolute one (ours and aten's), in the table too.
+    for r in report["rows"]:
+        for ours, rel in (("max_error", "max_rel_error"), ("max_error_aten", "max_rel_error_aten")):
+            assert r[rel] >= 0 and (r[rel] > 0) == (r[ours] > 0), r
+    header = verify.render(report).splitlines()[0].split()
+    assert header[4:10] == ["max", "err", "ours", "rel", "max", "err"] and header[11] == "rel"
 
 
 def test_full_run_covers_every_installed_override():

@@ -73,9 +73,9 @@ def opted_in() -> bool:
     They are installed either way (listed in the status report, ready for ``pn.cutedsl.enable()``);
     ``PYTHON_NATIVE_CUTEDSL=1`` enables them from the start.
     """
-    import os
+    from python_native import env
 
-    return os.environ.get("PYTHON_NATIVE_CUTEDSL", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return env.cutedsl_opted_in()
 
 
 def register_overrides() -> list:

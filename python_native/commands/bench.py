@@ -84,8 +84,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(bench.geometric_mean_line(rows))
     if args.plot:
-        bench.plot(rows, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        unfired = bench.plot(rows, args.plot)
+        note = f"; {unfired} rows where no override fired drawn hollow, in grey ('aten ran')" if unfired else ""
+        print(f"plot written to {args.plot}{note}", file=sys.stderr)
+    if rows and not any(r.fired for r in rows):
+        return _fail("no override fired in any row: nothing was measured but aten (are the overrides "
+                     "installed and switched on? see python -m python_native status)")
     return 0
 
 

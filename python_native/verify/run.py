@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 import python_native as pn
-from python_native.verify.compare import max_error, mismatch
+from python_native import env, snapshot
+from python_native.verify.compare import max_error, max_rel_error, mismatch
 from python_native.verify.drivers import DRIVERS, FORWARD_OF
 from python_native.verify.samples import Sample, opinfo_problem, samples_for
 
@@ -60,6 +61,8 @@ class Row:
     fired: int = 0
     max_error: float = 0.0
     max_error_aten: float = 0.0
+    max_rel_error: float = 0.0  # max_error over the largest magnitude of the float64 result
+    max_rel_error_aten: float = 0.0
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -103,6 +106,8 @@ def _check_sample(sample: Sample, op: str, dsl: str, rows: dict[str, Row]) -> No
                 continue
             row.max_error = max(row.max_error, max_error(g, t))
             row.max_error_aten = max(row.max_error_aten, max_error(r, t))
+            row.max_rel_error = max(row.max_rel_error, max_rel_error(g, t))
+            row.max_rel_error_aten = max(row.max_rel_error_aten, max_rel_error(r, t))
             why = mismatch(g, r, t, what, grad=is_grad)
             if why:
                 row.failures.append(f"{sample.source}: {why}")
@@ -128,7 +133,9 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
         overrides = [o for o in overrides if op in (o.op, o.op.partition(".")[0], FORWARD_OF.get(o.op))]
         if not overrides:
             installed = sorted({o.op for o in pn.overrides()})
-            raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}")
+            hint = snapshot.interpreter_hint()
+            raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}"
+                             + (f" ({hint})" if hint else ""))
     groups: dict[tuple[str, str, str], list[str]] = {}
     unchecked: list[str] = []
     skipped: dict[str, str] = {}
@@ -156,9 +163,15 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
     fired = {r.op for r in rows if r.fired}
     checked = sorted({o.op for o in overrides if o.op not in skipped and o.op not in unchecked})
     coverage = {name: name in fired for name in checked}
-    ok = all(not r.failures for r in rows) and all(coverage.values())
+    problem = None
+    if not checked:
+        hint = snapshot.interpreter_hint()
+        problem = ("nothing to check: no installed override can run on this machine"
+                   + (f"; {hint}: {env.TRITON_INTERPRET[0]}=1 python -m python_native verify" if hint else ""))
+    ok = problem is None and all(not r.failures for r in rows) and all(coverage.values())
     return {
         "ok": ok,
+        "problem": problem,
         "rows": [{**asdict(r), "status": r.status} for r in rows],
         "opinfo": opinfo_problem() or "used",
         "coverage": {"installed": len(checked), "covered": sum(coverage.values()), "ops": coverage,
@@ -167,11 +180,14 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
 
 
 def render(report: dict) -> str:
-    header = ("op", "dtype", "samples", "fired", "max err ours", "max err aten", "status")
+    header = ("op", "dtype", "samples", "fired", "max err ours", "rel", "max err aten", "rel", "status")
     lines = [[r["op"], r["dtype"], str(r["samples"]), str(r["fired"]), f"{r['max_error']:.3g}",
-              f"{r['max_error_aten']:.3g}", r["status"]] for r in report["rows"]]
+              f"{r['max_rel_error']:.2g}", f"{r['max_error_aten']:.3g}", f"{r['max_rel_error_aten']:.2g}",
+              r["status"]] for r in report["rows"]]
     widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=True)]
     out = ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
+    if not lines:
+        out = ["no override checked"]
     for r in report["rows"]:
         out += [f"  {r['op']} {r['dtype']}: {f}" for f in r["failures"][:5]]
     cov = report["coverage"]
@@ -183,7 +199,12 @@ def render(report: dict) -> str:
         out.append(f"no samples to check with (not verified): {', '.join(cov['unchecked'])}")
     if report["opinfo"] != "used":
         out.append(f"OpInfo samples unavailable ({report['opinfo']}); pip install expecttest to add them")
-    out.append("all overrides match aten" if report["ok"] else "MISMATCH: see above")
+    if report["rows"]:
+        out.append("rel: the max error over the largest magnitude of the float64 result")
+    if report.get("problem"):
+        out.append(f"FAILED: {report['problem']}")
+    else:
+        out.append("all overrides match aten" if report["ok"] else "MISMATCH: see above")
     return "\n".join(out)
 
 

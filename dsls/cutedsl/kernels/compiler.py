@@ -27,7 +27,7 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
-from python_native import logs
+from python_native import env, logs
 from python_native.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.speckey import SpecializationCache
 
@@ -96,6 +96,15 @@ def _program(v: Variant) -> tuple[Any, tuple]:
         raise ValueError(f"unknown CuTe DSL kernel {v.kernel!r}; expected one of norm_forward, norm_backward, "
                          "softmax_forward, softmax_backward, row_reduce")
     return fn, args
+
+
+def known_archs() -> list[str]:
+    """The ``--gpu-arch`` values this CuTe DSL release compiles for (``sm_80`` ... ``sm_90a`` ...)."""
+    try:
+        from cutlass.base_dsl.enums import Arch
+    except ImportError:  # another release: the compiler itself checks the value
+        return []
+    return [arch.name for arch in Arch]
 
 
 def compile_to_object(v: Variant, arch: str) -> bytes:
@@ -169,7 +178,7 @@ def load_object(payload: bytes, symbol: str) -> Any:
 
 def device_arch(index: int | None = None) -> str:
     """The ``--gpu-arch`` of a CUDA device: ``sm_90a`` on an H100 (arch-specific features on)."""
-    override = os.environ.get("CUTE_DSL_ARCH", "").strip()
+    override = env.cute_dsl_arch()
     if override:
         return override
     import torch

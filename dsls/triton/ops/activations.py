@@ -124,8 +124,8 @@ def gelu_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("silu", silu_cond, silu_impl),
-    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl),
-    OverrideSpec.planned("gelu", gelu_cond, gelu_impl),
-    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl),
+    OverrideSpec.planned("silu", silu_cond, silu_impl, public_name="silu"),
+    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl, public_name="silu", backward=True),
+    OverrideSpec.planned("gelu", gelu_cond, gelu_impl, public_name="gelu"),
+    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl, public_name="gelu", backward=True),
 ]

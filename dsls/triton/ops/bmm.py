@@ -61,4 +61,4 @@ def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tenso
     return _kernels().run_outer(self, mat2, plan)
 
 
-OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl)]
+OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl, public_name="bmm")]

@@ -140,8 +140,9 @@ def bernoulli_impl(self: Tensor, p: float, *, generator: torch.Generator | None,
 
 
 OVERRIDES = [
-    OverrideSpec.planned("native_dropout", dropout_cond, dropout_impl, measured=False, derive_variants=("out",)),
-    OverrideSpec.planned("native_dropout_backward", dropout_backward_cond, dropout_backward_impl, measured=False,
+    OverrideSpec.planned("native_dropout", dropout_cond, dropout_impl, measured=False, public_name="dropout",
                          derive_variants=("out",)),
+    OverrideSpec.planned("native_dropout_backward", dropout_backward_cond, dropout_backward_impl, measured=False,
+                         public_name="dropout", backward=True, derive_variants=("out",)),
     OverrideSpec.planned("bernoulli_.float", bernoulli_cond, bernoulli_impl, measured=False),
 ]

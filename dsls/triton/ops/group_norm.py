@@ -90,7 +90,7 @@ def group_norm_backward_impl(
 
 OVERRIDES = [
     OverrideSpec.planned("native_group_norm", group_norm_cond, group_norm_impl, measured=False,
-                         derive_variants=("out",)),
+                         public_name="group_norm", derive_variants=("out",)),
     OverrideSpec.planned("native_group_norm_backward", group_norm_backward_cond, group_norm_backward_impl,
-                         measured=False),
+                         measured=False, public_name="group_norm", backward=True),
 ]

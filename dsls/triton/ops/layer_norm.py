@@ -104,6 +104,7 @@ def layer_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl),
-    OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl),
+    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl, public_name="layer_norm"),
+    OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl,
+                          public_name="layer_norm", backward=True),
 ]

@@ -135,8 +135,10 @@ def log_softmax_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl),
-    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl),
-    OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl),
-    OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl),
+    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax"),
+    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax"),
+    OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl,
+                          public_name="softmax", backward=True),
+    OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl,
+                          public_name="log_softmax", backward=True),
 ]
