@@ -36,7 +36,15 @@ class Scope:
         self._tokens.append(REGISTRY.hold(self._kind, self._names))
 
     def __exit__(self, *exc_info: object) -> None:
-        REGISTRY.release(self._kind, self._names, self._tokens.pop())
+        try:
+            token = self._tokens.pop()
+        except IndexError:
+            raise RuntimeError(f"{self!r} was exited more times than it was entered") from None
+        REGISTRY.release(self._kind, self._names, token)
+
+    def __reduce__(self) -> tuple:
+        """A scope pickles as what it disables; the holds it has open stay with this process."""
+        return (Scope, (self._kind, self._names))
 
     def __call__(self, fn: F) -> F:
         """Decorator use, like torch's flag scopes: ``fn`` runs with the names held off.
@@ -128,7 +136,7 @@ def dispatch_key_names(values: tuple[Any, ...]) -> tuple[str, ...]:
         return _keys_checked[values]
     except (KeyError, TypeError):
         pass
-    names = check_switchable_keys(values)
+    names = check_switchable_keys(values, stacklevel=4)
     if len(_keys_checked) < 1024:
         _keys_checked[values] = names
     return names

@@ -13,9 +13,9 @@ import functools
 from packaging.version import Version
 
 # The target facts live below everything else in the backend; callers outside it ask the package.
-from .target import DISTRIBUTION, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
+from .target import DISTRIBUTION, DSL_NAME, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
 
-NAME = "cutedsl"
+NAME = DSL_NAME
 MODULE = "cutlass"
 MINIMUM_VERSION = Version("4.0")
 # The launch path: compiled programs are TVM-FFI functions called with torch tensors.
@@ -73,9 +73,9 @@ def opted_in() -> bool:
     They are installed either way (listed in the status report, ready for ``pn.cutedsl.enable()``);
     ``PYTHON_NATIVE_CUTEDSL=1`` enables them from the start.
     """
-    import os
+    from python_native import env
 
-    return os.environ.get("PYTHON_NATIVE_CUTEDSL", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return env.cutedsl_opted_in()
 
 
 def register_overrides() -> list:
