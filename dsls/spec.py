@@ -6,7 +6,8 @@ and ``python_native.dsl_support.register_specs`` installs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,3 +54,19 @@ def has_kernel(op: str, key: str, lib: str = "aten") -> bool:
     import torch
 
     return torch._C._dispatch_has_computed_kernel_for_dispatch_key(f"{lib}::{op}", key)
+
+
+
+@contextlib.contextmanager
+def runtime_import(dsl: str) -> Iterator[None]:
+    """Around an impl's lazy import of its kernels, which imports the DSL's runtime (triton,
+    cutlass) the first time: an import that raises makes the DSL unavailable, routes its calls to
+    aten from then on, records why for the status report, and hands this call on as well."""
+    try:
+        yield
+    except Exception as e:
+        from python_native import codegen, dsl_support
+
+        if isinstance(e, codegen.OverrideUnavailable):
+            raise
+        raise dsl_support.runtime_failed(dsl, e) from e

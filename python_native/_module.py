@@ -8,9 +8,12 @@ modules. Mounting puts that same module object at ``torch.backends.python_native
 from __future__ import annotations
 
 import difflib
+import importlib
 import sys
 import types
 from functools import cache
+
+import torch
 
 from python_native import _bootstrap, compiled, dsl_registry
 from python_native.controller import DSLController
@@ -53,7 +56,18 @@ class PythonNativeModule(types.ModuleType):
 
     @compile_mode.setter
     def compile_mode(self, mode: str) -> None:
+        # Like torch's backend flags (and ``pn.<dsl>.enabled``): bare assignment is refused after
+        # ``torch.backends.disable_global_flags()``; the scoped form still works.
+        if torch.backends.flags_frozen():
+            raise RuntimeError(
+                "not allowed to set pn.compile_mode after torch.backends.disable_global_flags(); "
+                f"use `with pn.compile_mode_set({mode!r}):` instead"
+            )
         compiled.set_mode(mode)
+
+    def __reduce__(self) -> tuple:
+        """``pn`` pickles by reference: unpickling imports it (one panel per process)."""
+        return (importlib.import_module, ("python_native",))
 
     def __getattr__(self, name: str):
         # Dunders are looked up during imports (inspect, pickling): never resolve them as DSLs.

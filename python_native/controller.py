@@ -45,11 +45,18 @@ class Scope:
 
     @uncompiled.entering
     def __exit__(self, *exc_info: object) -> None:
-        token, paused = self._tokens.pop()
+        try:
+            token, paused = self._tokens.pop()
+        except IndexError:
+            raise RuntimeError(f"{self!r} was exited more times than it was entered") from None
         try:
             REGISTRY.release(self._kind, self._names, token)
         finally:
             uncompiled.resume(paused)
+
+    def __reduce__(self) -> tuple:
+        """A scope pickles as what it disables; the holds it has open stay with this process."""
+        return (Scope, (self._kind, self._names))
 
     @uncompiled.opaque
     def __call__(self, fn: F) -> F:
@@ -196,7 +203,7 @@ def dispatch_key_names(values: tuple[Any, ...], what: str = "disable_dispatch_ke
         pass
     if not values:
         raise TypeError(f"{what}() needs at least one dispatch key, e.g. {what}('CUDA')")
-    names = check_switchable_keys(values)
+    names = check_switchable_keys(values, stacklevel=4)
     if len(_keys_checked) < 1024:
         _keys_checked[values] = names
     return names

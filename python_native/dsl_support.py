@@ -1,4 +1,5 @@
-"""Helpers DSL backends share: availability without importing their runtime, and installing their op library."""
+"""Helpers DSL backends share: availability without importing their runtime, installing their op
+library, and taking a DSL out of routing when its runtime fails on first use."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native import calibration, env, public_names
+from python_native import calibration, codegen, dsl_registry, env, faults, public_names
 from python_native.core.registry import REGISTRY
 
 
@@ -102,3 +103,22 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
             continue
         log.debug("python_native: %s override of %s::%s installed at %s", dsl, lib, spec.op, dispatch_key)
     return handles
+
+
+def runtime_failed(dsl: str, error: BaseException) -> codegen.OverrideUnavailable:
+    """``dsl``'s runtime raised when first imported (at its first kernel call, since runtimes load
+    lazily): make the DSL unavailable, route its slots around it (aten, or the next override,
+    serves its calls from now on) and record why for the status report.
+
+    Returns the exception the failing impl raises (``raise runtime_failed(...) from error``), so
+    that the router hands the very call that found the failure on too.
+    """
+    reason = f"its runtime failed to import: {type(error).__name__}: {error}"
+    if dsl_registry.record_runtime_failure(dsl, reason):
+        with REGISTRY.lock:
+            REGISTRY.unroutable_dsls.add(dsl)
+            REGISTRY.refresh_all()
+        faults.report(
+            dsl, reason, "reinstall or repair it; aten serves the calls of its overrides meanwhile", stacklevel=3
+        )
+    return codegen.OverrideUnavailable(f"{dsl}: {dsl_registry.runtime_failure(dsl)}")

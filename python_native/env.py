@@ -3,12 +3,16 @@
 This is the one list of the variables python-native reads: every reader asks this module, and the
 status report lists ``SWITCHES``. Where torch's in-tree ``torch._native`` has a name for the same
 switch, ours comes first and torch's second, so a process configured for one is configured for the
-other.
+other. Values are validated where they are read: a flag that is not one of the accepted spellings
+is warned about once, counts as unset (the default), and is named in the status report (see
+``faults``).
 """
 
 from __future__ import annotations
 
 import os
+
+from python_native import faults
 
 DISABLE_ALL = ("PYTHON_NATIVE_DISABLE", "TORCH_DISABLE_NATIVE_JIT")
 SKIP_VERSION_CHECK = ("PYTHON_NATIVE_SKIP_VERSION_CHECK", "TORCH_NATIVE_SKIP_VERSION_CHECK")
@@ -45,7 +49,9 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
 )
 
-_FALSY = {"", "0", "false", "no", "off"}
+_FALSY = frozenset({"", "0", "false", "no", "off"})
+_TRUTHY = frozenset({"1", "true", "yes", "on"})
+FLAG_SPELLINGS = "1/0, true/false, yes/no or on/off"
 
 
 def _first(names: tuple[str, ...]) -> str | None:
@@ -62,7 +68,22 @@ def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
 
 
 def _flag(names: tuple[str, ...]) -> bool:
-    return any(os.environ.get(name, "").strip().lower() not in _FALSY for name in names)
+    """Whether any of ``names`` is set to a true spelling; a value that is neither true nor false
+    counts as unset (off), warned about once and named in the status report."""
+    on = False
+    for name in names:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        word = value.strip().lower()
+        if word in _TRUTHY:
+            on = True
+        elif word not in _FALSY:
+            faults.report(name, f"{value!r} is not a flag value", f"use {FLAG_SPELLINGS}; treated as unset (off)",
+                          stacklevel=3)
+            continue
+        faults.resolve(name)
+    return on
 
 
 def overrides_disabled() -> bool:
@@ -154,16 +175,19 @@ def import_time_values() -> tuple[str | None, ...]:
 
 
 def current() -> list[dict[str, str | None]]:
-    """Each switch: its name, the variable that set it (when an alias did), its value and meaning."""
+    """Each switch: its name, the variable that set it (when an alias did), its value, its meaning,
+    and what is wrong with the value (``problem``, None when nothing is)."""
     rows = []
     for names, meaning in SWITCHES:
         found = _first_set(names)
+        problems = [p for p in (faults.problem_of(name) for name in names) if p is not None]
         rows.append(
             {
                 "name": names[0],
                 "set_by": found[0] if found is not None else None,
                 "value": found[1] if found is not None else None,
                 "meaning": meaning,
+                "problem": "; ".join(problems) or None,
             }
         )
     return rows

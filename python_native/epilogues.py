@@ -5,7 +5,7 @@ to the same cond and impl, and the generated router finishes the job as aten wou
 ``self`` or ``out`` (resizing ``out`` as aten does) and return the alias. Whenever the result could
 not be written the way aten writes it (a broadcast that would grow ``self``, a dtype aten refuses
 to cast to, an ``out`` of another dtype, another device), the router hands the call to aten's own
-kernel, which computes or raises exactly as aten does.
+kernel, which does what aten does, raising exactly the error aten raises.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ def fits_inplace(result: torch.Tensor, target: torch.Tensor) -> bool:
 
 
 def fits_out(result: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether writing ``result`` into ``out`` (resized as aten resizes it) is what aten's out= kernel does.
+    """Whether ``result`` can be written into ``out`` exactly as aten's out= kernel would (resizing it).
 
-    ``out`` must have the result's dtype: given another, aten's kernels do not all cast the
-    functional result (reductions compute in the out's dtype, and many refuse a different one),
-    so such calls go to aten.
+    Only an ``out`` of the result's own dtype qualifies: what aten does with another dtype depends
+    on the op (``mul.out`` computes and casts, ``relu.out`` and ``gelu.out`` refuse), so any other
+    goes to aten's kernel, which does exactly that.
     """
     return result.dtype == out.dtype and result.device == out.device
 

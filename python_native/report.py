@@ -2,6 +2,7 @@
 
 ``collect`` gathers plain data (also what ``--json`` prints and ``pn.status()`` returns);
 ``render`` lays it out for a terminal, keeping columns aligned: long reasons go on their own line.
+Problems found with what python-native reads from outside (see ``faults``) come first.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
 
 
 def render(data: dict) -> str:
-    lines = [f"torch {data['torch']}", "", "DSLs"]
+    lines = [f"torch {data['torch']}"]
+    if data.get("problems"):
+        lines += ["", f"Problems ({len(data['problems'])}): each costs only what depends on it"]
+        for p in data["problems"]:
+            lines += _wrapped(f"{p['source']}: {p['problem']}", "  ")
+            lines += _wrapped(f"fix: {p['fix']}")
+    lines += ["", "DSLs"]
     for d in data["dsls"]:
         lines.append(
             f"  {d['name']:<10} {'available' if d['available'] else 'unavailable':<12} "
@@ -84,6 +91,8 @@ def render(data: dict) -> str:
             value += f" (via {e['set_by']})"
         lines.append(f"  {e['name']} = {value}")
         lines += _wrapped(e["meaning"])
+        if e.get("problem"):
+            lines += _wrapped(f"problem: {e['problem']}")
     lines += ["", "Legend"]
     lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)

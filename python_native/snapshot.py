@@ -6,9 +6,12 @@ terminal (``python -m python_native``) or prints it as JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-from python_native import _bootstrap, calibration, compiled, declared, dsl_registry, env, front, native_bridge
+from python_native import _bootstrap, calibration, compiled, declared, dsl_registry, env, faults, front, native_bridge
 from python_native.core.registry import REGISTRY
 from python_native.dispatch_keys import unreachable_reason
 
@@ -84,55 +87,84 @@ def _order_of(o) -> dict:
     }
 
 
+def _dsl_entry(name: str) -> dict:
+    version = dsl_registry.version(name)
+    available = dsl_registry.available(name)
+    reason = dsl_registry.unavailable_reason(name)
+    operations = REGISTRY.dsl_operations(name)
+    skipped = _skipped(name)
+    return {
+        "name": name,
+        "available": available,
+        "reason": reason,
+        "hint": _hint(name, available, str(version) if version is not None else None, reason),
+        "version": str(version) if version is not None else None,
+        "enabled": not REGISTRY.is_off("dsl", name),
+        "operations": operations,
+        "skipped": skipped,
+        "note": _note(name, available, operations, skipped),
+    }
+
+
+def _override_entry(o) -> dict:
+    return {
+        "op": f"{o.lib}::{o.op}",
+        "dispatch_key": o.dispatch_key,
+        "dsl": o.dsl,
+        "name": o.name,
+        "variant_of": o.derived_from.op if o.derived_from is not None else None,
+        "active": o.active,
+        "unreachable": unreachable_reason(o.dispatch_key),
+        "origin": native_bridge.origin_of(o),
+        **_order_of(o),
+    }
+
+
+def _declared_entry(d) -> dict:
+    return {"op": f"{declared.NAMESPACE}::{d.name}", "kind": d.kind, "autograd": d.autograd, "doc": d.doc}
+
+
+class _Sections:
+    """Runs each part of the snapshot; a part that raises becomes a problem of the report, so the
+    report itself never raises (it is what a user reads when something is wrong)."""
+
+    def __init__(self) -> None:
+        self.problems: list[dict[str, str]] = []
+
+    def run(self, what: str, fn: Callable[[], Any], empty: Any) -> Any:
+        try:
+            return fn()
+        except Exception as e:
+            self.problems.append({
+                "source": f"status report: {what}",
+                "problem": f"gathering it raised {type(e).__name__}: {e}",
+                "fix": "the rest of the report stands; please report this as a bug",
+            })
+            return empty
+
+    def each(self, what: str, items: Callable[[], list], entry: Callable[[Any], dict]) -> list[dict]:
+        entries = []
+        for item in self.run(what, items, []):
+            built = self.run(f"{what} {item!r}", lambda item=item: entry(item), None)
+            if built is not None:
+                entries.append(built)
+        return entries
+
+
 def collect() -> dict:
     """Torch version, every DSL, every override, the ops declared outside aten, the environment
-    switches and a legend."""
-    dsls = []
-    for name in dsl_registry.names():
-        version = dsl_registry.version(name)
-        available = dsl_registry.available(name)
-        reason = dsl_registry.unavailable_reason(name)
-        operations = REGISTRY.dsl_operations(name)
-        skipped = _skipped(name)
-        dsls.append(
-            {
-                "name": name,
-                "available": available,
-                "reason": reason,
-                "hint": _hint(name, available, str(version) if version is not None else None, reason),
-                "version": str(version) if version is not None else None,
-                "enabled": not REGISTRY.is_off("dsl", name),
-                "operations": operations,
-                "skipped": skipped,
-                "note": _note(name, available, operations, skipped),
-            }
-        )
-    overrides = [
-        {
-            "op": f"{o.lib}::{o.op}",
-            "dispatch_key": o.dispatch_key,
-            "dsl": o.dsl,
-            "name": o.name,
-            "variant_of": o.derived_from.op if o.derived_from is not None else None,
-            "active": o.active,
-            "unreachable": unreachable_reason(o.dispatch_key),
-            "origin": native_bridge.origin_of(o),
-            **_order_of(o),
-        }
-        for o in REGISTRY.overrides()
-    ]
-    declared_ops = [
-        {"op": f"{declared.NAMESPACE}::{d.name}", "kind": d.kind, "autograd": d.autograd, "doc": d.doc}
-        for d in declared.declared()
-    ]
-    return {
+    switches, the problems found with any of them (see ``faults``) and a legend. Never raises."""
+    sections = _Sections()
+    data = {
         "torch": torch.__version__,
-        "dsls": dsls,
-        "overrides": overrides,
-        "declared_ops": declared_ops,
-        "calibration": calibration.describe(),
-        "compile": compiled.describe(),
-        "front": front.describe(),
-        "environment": env.current(),
+        "dsls": sections.each("DSL", dsl_registry.names, _dsl_entry),
+        "overrides": sections.each("override", REGISTRY.overrides, _override_entry),
+        "declared_ops": sections.each("declared op", declared.declared, _declared_entry),
+        "calibration": sections.run("calibration", calibration.describe, None),
+        "compile": sections.run("torch.compile", compiled.describe, None),
+        "front": sections.run("dispatch front", front.describe, None),
+        "environment": sections.run("environment switches", env.current, []),
         "legend": dict(LEGEND),
     }
+    data["problems"] = sections.run("problems", faults.current, []) + sections.problems
+    return {key: value for key, value in data.items() if value is not None}

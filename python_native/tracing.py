@@ -56,6 +56,12 @@ class Trace:
         finally:
             uncompiled.resume(self._paused.pop() if self._paused else None)
 
+    def __reduce_ex__(self, protocol: object) -> tuple:
+        raise TypeError(
+            "cannot pickle a python_native Trace: it is tied to this process's routers; "
+            "pickle trace.events (a list of TraceEvent, plain data) instead"
+        )
+
     def ops(self, outcome: str | None = None) -> list[str]:
         """Op symbols of the recorded events, optionally only those with ``outcome``."""
         return [e.op for e in self.events if outcome is None or e.outcome == outcome]

@@ -13,9 +13,9 @@ import functools
 from packaging.version import Version
 
 # The target facts live below everything else in the backend; callers outside it ask the package.
-from .target import DISTRIBUTION, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
+from .target import DISTRIBUTION, DSL_NAME, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
 
-NAME = "cutedsl"
+NAME = DSL_NAME
 MODULE = "cutlass"
 MINIMUM_VERSION = Version("4.0")
 # The launch path: compiled programs are TVM-FFI functions called with torch tensors.

@@ -16,9 +16,9 @@ import os
 from packaging.version import Version
 
 # The target facts live below everything else in the backend; callers outside it ask the package.
-from .target import device_type, dispatch_key, interpret_mode  # noqa: F401
+from .target import DSL_NAME, device_type, dispatch_key, interpret_mode  # noqa: F401
 
-NAME = "triton"
+NAME = DSL_NAME
 MINIMUM_VERSION = Version("3.6")
 
 _installed_at: str | None = None  # the dispatch key ``register_overrides`` installed the library at

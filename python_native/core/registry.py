@@ -173,12 +173,13 @@ class Registry:
             previous = self.ordering.swap(fn)
             try:
                 new_orders = {
-                    slot: self.ordering.ordered(slot.sig.qualified, slot.dispatch_key, slot.overrides)
+                    slot: self.ordering.ordered(slot.sig.qualified, slot.dispatch_key, slot.overrides, strict=True)
                     for slot in self.slots.values()
                 }
             except BaseException:
                 self.ordering.restore(previous)
                 raise
+            self.ordering.forget_failures()
             for slot, order in new_orders.items():
                 slot.overrides = order
                 self.refresh(slot)

@@ -38,6 +38,8 @@ def _norm_fwd_kernel(
         xc = x
     else:
         mean = tl.sum(x, axis=1) / n_cols
+        # A row holding +-inf has no mean (aten's is NaN): inf - inf makes it so, finite means keep.
+        mean = mean + (mean - mean)
         xc = tl.where(mask, x - mean[:, None], 0.0)
         tl.store(MEAN + rows, cast_out(mean, MEAN.dtype.element_ty), mask=row_ok)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)

@@ -13,10 +13,11 @@ import torch
 
 from python_native.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import FLOAT_DTYPES
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.spec import OverrideSpec, runtime_import
 
 from ..plans.elementwise import ElementwisePlan, plan_elementwise
 from ..plans.layout import dense_like, fits_index, on_backend
+from ..target import DSL_NAME
 
 Tensor = torch.Tensor
 
@@ -27,7 +28,8 @@ _SILU = 0
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import activations
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import activations
 
     return activations
 
