@@ -165,11 +165,11 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
         o.op for o in REGISTRY.overrides() if o.derived_from is None
     }
     names: dict[str, list[str]] = {}
-    for public, ops in public_names.groups().items():
-        present = [op for op in ops if op in installed]
+    for public, covered in public_names.groups().items():
+        present = [op for op in covered if op in installed]
         if present:
             names[public] = present
-    named = {op for ops in names.values() for op in ops}
+    named = {op for listed in names.values() for op in listed}
     for op in sorted(installed - named):
         names[op] = [op]
     return dict(sorted(names.items()))

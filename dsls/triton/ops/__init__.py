@@ -22,8 +22,19 @@ def all_overrides() -> list[OverrideSpec]:
     forward there would route ``F.rms_norm``'s backward to that missing kernel.
     """
     from ..plans import layout
-    from . import (activations, bmm, dropout, group_norm, layer_norm, linear_cross_entropy, reductions, rms_norm,
-                   scatter_add, softmax, topk)
+    from . import (
+        activations,
+        bmm,
+        dropout,
+        group_norm,
+        layer_norm,
+        linear_cross_entropy,
+        reductions,
+        rms_norm,
+        scatter_add,
+        softmax,
+        topk,
+    )
 
     layout.backend_device.cache_clear()
     key = dispatch_key()
