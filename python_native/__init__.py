@@ -169,9 +169,16 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
         present = [op for op in covered if op in installed]
         if present:
             names[public] = present
+    functional = {o.op: o.derived_from.op for o in REGISTRY.overrides() if o.derived_from is not None}
     named = {op for listed in names.values() for op in listed}
-    for op in sorted(installed - named):
+    for op in sorted(installed - named - functional.keys()):
         names[op] = [op]
+    for op in sorted((installed - named) & functional.keys()):  # a derived variant: under its functional op
+        entry = next((listed for listed in names.values() if functional[op] in listed), None)
+        if entry is None:
+            names[op] = [op]
+        else:
+            entry.append(op)
     return dict(sorted(names.items()))
 
 

@@ -56,7 +56,7 @@ def test_reference_equals_the_unfused_path_in_float64(monkeypatch, budget, shape
         got = pn.linear_cross_entropy(x, w, t, b, **options)
         grad = torch.randn_like(got)
         got_grads = torch.autograd.grad(got, (x, w, b), grad)
-    assert {(e.op, e.outcome) for e in trace.events} == {
+    assert {(e.op, e.outcome) for e in trace.events if e.op.startswith("linear_cross_entropy")} == {
         ("linear_cross_entropy.forward", "fallback"), ("linear_cross_entropy.backward", "fallback")}
     ref = F.cross_entropy(F.linear(x, w, b), t, **options)
     ref_grads = torch.autograd.grad(ref, (x, w, b), grad)

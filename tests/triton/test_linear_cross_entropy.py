@@ -117,7 +117,7 @@ def test_falls_back_to_the_chunked_reference_when_disabled():
     x, w, t, b = make_inputs(64, 32, 100, torch.float32)
     with pn.operations_disabled("linear_cross_entropy"):
         events = check_reference(x, w, t, b, label_smoothing=0.1)
-    assert {(e.op, e.dsl, e.outcome) for e in events} == {(op, None, "fallback") for op in OPS}
+    assert {(e.op, e.dsl, e.outcome) for e in events if e.op in OPS} == {(op, None, "fallback") for op in OPS}
     assert pn.is_operation_disabled("linear_cross_entropy.backward") is False  # the scope has closed
 
 
@@ -150,8 +150,8 @@ def test_torch_compile_runs_the_override_in_both_modes(mode):
         with pn.operations_disabled("linear_cross_entropy"):  # honoured without recompiling
             off, _, off_events = run(lambda *a, **k: compiled(*a), x, w, t, b, 3)
     torch._dynamo.reset()
-    assert {e.op for e in events if e.dsl == "triton" and e.outcome == "override"} == set(OPS)
-    assert {e.outcome for e in off_events} == {"fallback"}
+    assert {e.op for e in events if e.dsl == "triton" and e.outcome == "override" and e.op in OPS} == set(OPS)
+    assert {e.outcome for e in off_events if e.op in OPS} == {"fallback"}
     ref, ref_grads, _ = run(fused, x, w, t, b, 3, label_smoothing=0.1)
     torch.testing.assert_close(got, ref)
     torch.testing.assert_close(off, ref)

@@ -71,6 +71,8 @@ def backward_impl(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, b
 
 
 OVERRIDES = [
-    OverrideSpec("linear_cross_entropy.forward", forward_cond, forward_impl, lib=NAMESPACE),
-    OverrideSpec("linear_cross_entropy.backward", backward_cond, backward_impl, lib=NAMESPACE),
+    OverrideSpec("linear_cross_entropy.forward", forward_cond, forward_impl, lib=NAMESPACE,
+                 public_name="linear_cross_entropy"),
+    OverrideSpec("linear_cross_entropy.backward", backward_cond, backward_impl, lib=NAMESPACE,
+                 public_name="linear_cross_entropy", backward=True),
 ]
