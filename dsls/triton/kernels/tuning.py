@@ -31,6 +31,8 @@ Rationale, for an H100 SM (64K 32-bit registers, at most 255 per thread, 16-byte
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -124,8 +126,26 @@ def tile(kernel: str, dtype: torch.dtype, n_cols: int) -> Tile:
     return TABLE[(kernel, dtype, bucket)]
 
 
+# SMs the plans are made for instead of the device's own, while ``planning_for`` is in force.
+_planned_sm_count: int | None = None
+
+
+@contextlib.contextmanager
+def planning_for(sm_count: int) -> Iterator[None]:
+    """Plan persistent grids for a GPU of ``sm_count`` SMs, whatever the tensors' device: what
+    ``python -m python_native inspect`` uses to see, from any machine, the launches a GPU gets."""
+    global _planned_sm_count
+    previous, _planned_sm_count = _planned_sm_count, sm_count
+    try:
+        yield
+    finally:
+        _planned_sm_count = previous
+
+
 def persistent_programs(device_index: int) -> int:
     """Programs of a persistent grid on CUDA device ``device_index`` (-1: a CPU tensor, the interpreter)."""
+    if _planned_sm_count is not None:
+        return PROGRAMS_PER_SM * _planned_sm_count
     if device_index < 0:
         return INTERPRETER_PROGRAMS
     from .launch import sm_count
