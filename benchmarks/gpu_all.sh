@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
 #   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
-# Steps (default: all, in this order): tests host calibrate bench; also: probe, portable.
+# Steps (default: all, in this order): tests host calibrate bench lce; also: probe, portable.
 #   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
 #   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
 #              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
@@ -10,8 +10,10 @@
 #   calibrate  python -m python_native bench --calibrate: this GPU's calibration table
 #   bench      python -m python_native bench (JSON, table and plots), with the table just written in force
 #   portable   python -m python_native bench --dtypes bfloat16 under the portable policy (tables ignored)
+#   lce        the fused linear cross-entropy against the unfused path (and Liger-Kernel's), peak memory and time
+#              for an LLM head (benchmarks/linear_cross_entropy.py)
 # Wheels under .whl/ (Liger-Kernel, ...) are installed into /tmp/site first.
-# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S.
+# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S, LCE_S.
 # BENCH_ARGS adds options to the bench step (e.g. "--dtypes bfloat16 --no-inductor").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,14 +26,15 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench)
+[ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench lce)
 table="$OUT/calibration.json"
 
 for step in "${steps[@]}"; do
     echo "=== $step $(date -u +%H:%M:%S)"
     case "$step" in
     tests)
-        timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-8}" --timeout 120 tests \
+        # Ops no GPU has timed yet are installed for the suite, so that their kernels are tested here.
+        PYTHON_NATIVE_UNMEASURED=1 timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-8}" --timeout 120 tests \
             2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     host)
         timeout "${HOST_S:-120}" python3 benchmarks/host_overhead.py 2>&1 | tee "$OUT/host.txt"
@@ -55,6 +58,8 @@ for step in "${steps[@]}"; do
         # The portable policy forced (the measured tables ignored): no fired row may be below 0.97x aten.
         PYTHON_NATIVE_CALIBRATION=portable timeout "${BENCH_S:-240}" python3 -m python_native bench --dtypes bfloat16 \
             --save-json "$OUT/bench_portable.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_portable.txt" ;;
+    lce)
+        timeout "${LCE_S:-240}" python3 benchmarks/linear_cross_entropy.py 2>&1 | tee "$OUT/lce.txt" ;;
     *) echo "unknown step $step" ;;
     esac
 done

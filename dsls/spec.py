@@ -6,29 +6,67 @@ and ``python_native.dsl_support.register_specs`` installs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(frozen=True)
 class OverrideSpec:
-    """One override: the aten op symbol it replaces, its cond and its impl."""
+    """One override: the op symbol it replaces (in namespace ``lib``: aten's, or ``python_native``
+    for an op the package declares), its cond, its impl and registration options.
+
+    ``measured=False`` marks an override no GPU has timed against aten yet. Never slower than aten
+    is the rule on GPUs, so at a GPU key it is installed only where a calibration table in force
+    has evidence for it (``python_native.dsl_support.unmeasured_reason``); under Triton's
+    interpreter (the CPU key) it is installed as any other.
+
+    ``public_name`` is the name a PyTorch user types for the op (``"softmax"`` for ``_softmax``
+    and for its backward, ``"layer_norm"`` for ``native_layer_norm``...); ``backward`` marks the
+    op as the backward of the forward declared under the same name. The panel's switches accept
+    the public name and cover the forward and backward with it (see ``python_native.public_names``).
+    """
 
     op: str
     cond: Callable[..., bool]
     impl: Callable[..., Any]
     options: dict[str, Any] = field(default_factory=dict)
+    measured: bool = True
+    lib: str = "aten"
+    public_name: str | None = None
+    backward: bool = False
 
     @classmethod
-    def planned(cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any]) -> OverrideSpec:
+    def planned(
+        cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
+        public_name: str | None = None, backward: bool = False, **options: Any
+    ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
-        it as ``plan=``: the layout work of a call is done once, in the cond."""
-        return cls(op, cond, impl, {"impl_takes_plan": True})
+        it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
+        further registration options (``derive_variants``, ``priority``)."""
+        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured,
+                   public_name=public_name, backward=backward)
 
 
-def has_kernel(op: str, key: str) -> bool:
-    """Whether ``aten::op`` has a kernel at dispatch key ``key`` for an override to fall back to."""
+def has_kernel(op: str, key: str, lib: str = "aten") -> bool:
+    """Whether ``lib::op`` has a kernel at dispatch key ``key`` for an override to fall back to."""
     import torch
 
-    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(f"aten::{op}", key)
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(f"{lib}::{op}", key)
+
+
+
+@contextlib.contextmanager
+def runtime_import(dsl: str) -> Iterator[None]:
+    """Around an impl's lazy import of its kernels, which imports the DSL's runtime (triton,
+    cutlass) the first time: an import that raises makes the DSL unavailable, routes its calls to
+    aten from then on, records why for the status report, and hands this call on as well."""
+    try:
+        yield
+    except Exception as e:
+        from python_native import codegen, dsl_support
+
+        if isinstance(e, codegen.OverrideUnavailable):
+            raise
+        raise dsl_support.runtime_failed(dsl, e) from e

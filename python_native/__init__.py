@@ -24,18 +24,47 @@ from collections.abc import Iterable
 
 import torch
 
-# Features plug into the dispatch core when imported: all of them, before any override registers.
-from python_native import _module, calibration, checked, compiled, dsl_registry, front, native_bridge, snapshot, speckey  # noqa: F401
+# ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
+# dispatch core when imported: all of them, before any override registers. ``ops`` declares the
+# operators the package adds outside aten, before backends attach overrides to them.
+from python_native import logs  # noqa: F401
+
+# isort: split
+from python_native import (  # noqa: F401
+    _bootstrap,
+    _module,
+    calibration,
+    checked,
+    compiled,
+    dsl_registry,
+    front,
+    native_bridge,
+    ops,
+    public_names,
+    snapshot,
+    speckey,
+    uncompiled,
+)
 from python_native.checked import OverrideMismatch
-from python_native.controller import DSLController, Scope, dispatch_key_names, dsl_name, op_names
+from python_native.controller import (
+    DSLController,
+    Scope,
+    dispatch_key_names,
+    dsl_name,
+    op_is_off,
+    op_names,
+    op_targets,
+)
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
+from python_native.ops import linear_cross_entropy
 from python_native.tracing import Trace, TraceEvent
 
 __version__ = "0.1.0"
 
 __all__ = [
     "get_dsl_operations",
+    "operation_names",
     "register_dsl",
     "register_op_override",
     "disable_operations",
@@ -54,6 +83,7 @@ __all__ = [
     "status",
     "compile_mode_set",
     "decomposition_table",
+    "linear_cross_entropy",
     "DSLController",
     "OverrideHandle",
     "OverrideMismatch",
@@ -80,6 +110,8 @@ def register_op_override(
     priority: int = 0,
     derive_variants: bool | Iterable[str] = False,
     impl_takes_plan: bool = False,
+    public_name: str | None = None,
+    backward: bool = False,
 ) -> OverrideHandle:
     """Route ``lib_symbol::op_symbol`` at ``dispatch_key`` to ``impl`` whenever ``cond`` accepts.
 
@@ -92,73 +124,114 @@ def register_op_override(
     a cond that works something out about the call (the rows of a tensor, a tile, a grid) returns
     it, truthy, or a falsy value to decline, and the impl uses it instead of working it out again.
     The impl should default ``plan`` to None, and plan for itself then, so it stays callable alone.
+    ``public_name`` is the name users type for the op (``"softmax"`` for ``_softmax``), which the
+    op switches then accept; ``backward=True`` declares the op the backward of the forward
+    registered under the same public name (see ``operation_names``).
     """
     _require_overload(lib_symbol, op_symbol)
-    return REGISTRY.register(
+    handle = REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
         impl_takes_plan=impl_takes_plan,
     )
+    if public_name is not None:
+        public_names.declare(public_name, handle.op, backward=backward)
+    return handle
 
 
 def get_dsl_operations(dsl_name: str) -> list[str]:
     """Sorted op symbols ``dsl_name`` overrides; ``[]`` for an unknown DSL."""
+    _bootstrap.settle()
     return REGISTRY.dsl_operations(dsl_name)
 
 
 def overrides() -> list[OverrideHandle]:
     """Every registered override, slot by slot, in routing order."""
+    _bootstrap.settle()
     return REGISTRY.overrides()
 
 
+def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
+    """The names the op switches accept for the installed overrides (of ``dsl``, or of every DSL),
+    each with the aten ops it covers: ``{"softmax": ["_softmax", "_softmax_backward_data"], ...}``.
+
+    A public name covers the forward and the backward declared under it (and the in-place and
+    ``out=`` variants derived from them); so does the aten forward's own name (``"_softmax"``),
+    while a backward's aten name (``"_softmax_backward_data"``) covers just that op. Ops installed
+    without a public name are listed under their aten name.
+    """
+    _bootstrap.settle()
+    installed = set(REGISTRY.dsl_operations(dsl)) if dsl is not None else {
+        o.op for o in REGISTRY.overrides() if o.derived_from is None
+    }
+    names: dict[str, list[str]] = {}
+    for public, covered in public_names.groups().items():
+        present = [op for op in covered if op in installed]
+        if present:
+            names[public] = present
+    named = {op for listed in names.values() for op in listed}
+    for op in sorted(installed - named):
+        names[op] = [op]
+    return dict(sorted(names.items()))
+
+
+@uncompiled.opaque
 def disable_operations(*op_symbols: str) -> None:
-    """Stop routing these ops (``"add"``: every overload; ``"add.Tensor"``: that one)."""
-    REGISTRY.disable("op", op_names(op_symbols))
+    """Stop routing these ops: a public name (``"softmax"``) or an aten forward's name (``"_softmax"``)
+    covers the forward, its backward and their derived variants; ``"add"`` every overload of add,
+    ``"add.Tensor"`` that one. See ``operation_names()``."""
+    _bootstrap.settle()
+    REGISTRY.disable("op", op_names(op_symbols, "disable_operations"))
 
 
+@uncompiled.opaque
 def enable_operations(*op_symbols: str) -> None:
-    """Route these ops again, lifting explicit disables and open scopes alike."""
-    REGISTRY.enable("op", op_names(op_symbols))
+    """Route these ops again (names as ``disable_operations`` takes them), lifting explicit disables
+    and open scopes alike."""
+    _bootstrap.settle()
+    REGISTRY.enable("op", op_names(op_symbols, "enable_operations"))
 
 
+@uncompiled.opaque
 def operations_disabled(*op_symbols: str) -> Scope:
-    """Context manager or decorator: these ops run aten's kernels inside the block or call."""
-    return Scope("op", op_names(op_symbols))
+    """Context manager or decorator: these ops (names as ``disable_operations`` takes them) run
+    aten's kernels inside the block or call."""
+    return Scope("op", op_names(op_symbols, "operations_disabled"))
 
 
+@uncompiled.opaque
 def disable_dispatch_keys(*dispatch_keys: str) -> None:
     """Stop routing every override installed at these keys (``"CUDA"``, ``"CPU"``, ...)."""
-    REGISTRY.disable("key", dispatch_key_names(dispatch_keys))
+    _bootstrap.settle()
+    REGISTRY.disable("key", dispatch_key_names(dispatch_keys, "disable_dispatch_keys"))
 
 
+@uncompiled.opaque
 def enable_dispatch_keys(*dispatch_keys: str) -> None:
-    REGISTRY.enable("key", dispatch_key_names(dispatch_keys))
+    _bootstrap.settle()
+    REGISTRY.enable("key", dispatch_key_names(dispatch_keys, "enable_dispatch_keys"))
 
 
+@uncompiled.opaque
 def dispatch_keys_disabled(*dispatch_keys: str) -> Scope:
     """Context manager or decorator: overrides at these keys are off inside the block or call."""
-    return Scope("key", dispatch_key_names(dispatch_keys))
+    return Scope("key", dispatch_key_names(dispatch_keys, "dispatch_keys_disabled"))
 
 
+@uncompiled.opaque
 def is_operation_disabled(op_symbol: str) -> bool:
-    """Whether ``op_symbol`` is off: by its own name, its bare name, or (for an in-place or
-    ``out=`` variant derived from another op's override) by the name of the op it derives from."""
-    (name,) = op_names((op_symbol,))
-    packet = name.partition(".")[0]
-    if REGISTRY.is_off("op", name) or REGISTRY.is_off("op", packet):
-        return True
-    return any(
-        REGISTRY.is_off("op", parent_name)
-        for o in REGISTRY.overrides()
-        if o.derived_from is not None and name in (o.op, o.op.partition(".")[0])
-        for parent_name in o.derived_from.op_names
-    )
+    """Whether every op ``op_symbol`` covers is off (by the rule of ``disable_operations``): each by its
+    own name, its bare name, or (an in-place or ``out=`` variant) the name of the op it derives from."""
+    return all(op_is_off(name) for name in op_targets(op_symbol))
 
 
+@uncompiled.opaque
 def is_dsl_disabled(dsl_name_: str) -> bool:
-    return REGISTRY.is_off("dsl", dsl_name(dsl_name_))
+    """Whether the DSL's overrides are switched off; a name no DSL has warns, with close matches."""
+    return REGISTRY.is_off("dsl", dsl_name(dsl_name_, warn_unknown=True))
 
 
+@uncompiled.opaque
 def is_dispatch_key_disabled(dispatch_key: str) -> bool:
     (name,) = dispatch_key_names((dispatch_key,))
     return REGISTRY.is_off("key", name)
@@ -184,6 +257,8 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
     """A bare name (``"bmm"``) names the op's default overload; ``"add"`` has none in the dispatcher."""
     if not isinstance(op_symbol, str) or not isinstance(lib_symbol, str) or "." in op_symbol:
         return
+    if not lib_symbol.isidentifier():
+        return  # the registration's own checks name the bad namespace
     if not op_symbol.isidentifier() or torch._C._dispatch_has_kernel(f"{lib_symbol}::{op_symbol}"):
         return
     prefix = f"{lib_symbol}::{op_symbol}."
@@ -195,8 +270,10 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
         )
 
 
+@uncompiled.opaque
 def trace() -> Trace:
     """Context manager recording one ``TraceEvent`` per routed call while it is open."""
+    _bootstrap.settle()
     return REGISTRY.trace()
 
 
@@ -213,13 +290,13 @@ def decomposition_table(base=None):
 
 def status() -> dict:
     """Everything the status report shows, as plain data."""
+    _bootstrap.settle()
     return snapshot.collect()
 
 
 _module.mount(sys.modules[__name__])
 
-from python_native import _bootstrap  # noqa: E402  (backends use the API above)
-
+# Last: the backends use the API above while they register.
 _bootstrap.load_builtin_dsls()
 
 del sys

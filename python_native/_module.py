@@ -7,21 +7,25 @@ modules. Mounting puts that same module object at ``torch.backends.python_native
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import sys
 import types
 from functools import cache
 
-from python_native import compiled, dsl_registry
+import torch
+
+from python_native import _bootstrap, compiled, dsl_registry
 from python_native.controller import DSLController
 
 PUBLIC_API = (
-    "all_dsls", "available_dsls", "get_dsl_operations", "register_dsl", "register_op_override",
+    "all_dsls", "available_dsls", "get_dsl_operations", "operation_names", "register_dsl", "register_op_override",
     "disable_operations", "enable_operations", "operations_disabled",
     "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled",
     "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
     "reorder_overrides", "overrides", "router_source", "trace", "status",
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
-    "compile_mode", "compile_mode_set", "decomposition_table",
+    "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 
@@ -36,10 +40,13 @@ class PythonNativeModule(types.ModuleType):
 
     @property
     def all_dsls(self) -> list[str]:
+        _bootstrap.settle()
         return dsl_registry.names()
 
     @property
     def available_dsls(self) -> list[str]:
+        """The DSLs whose runtime can run here (``pn.status()`` says why one has no override installed)."""
+        _bootstrap.settle()
         return [name for name in dsl_registry.names() if dsl_registry.available(name)]
 
     @property
@@ -49,17 +56,30 @@ class PythonNativeModule(types.ModuleType):
 
     @compile_mode.setter
     def compile_mode(self, mode: str) -> None:
+        # Like torch's backend flags (and ``pn.<dsl>.enabled``): bare assignment is refused after
+        # ``torch.backends.disable_global_flags()``; the scoped form still works.
+        if torch.backends.flags_frozen():
+            raise RuntimeError(
+                "not allowed to set pn.compile_mode after torch.backends.disable_global_flags(); "
+                f"use `with pn.compile_mode_set({mode!r}):` instead"
+            )
         compiled.set_mode(mode)
+
+    def __reduce__(self) -> tuple:
+        """``pn`` pickles by reference: unpickling imports it (one panel per process)."""
+        return (importlib.import_module, ("python_native",))
 
     def __getattr__(self, name: str):
         # Dunders are looked up during imports (inspect, pickling): never resolve them as DSLs.
         if not (name.startswith("__") and name.endswith("__")):
             if dsl_registry.is_known(name):
                 return controller(name)
-        raise AttributeError(
-            f"module 'python_native' has no attribute {name!r} (DSLs: {self.all_dsls})"
-            if not name.startswith("__") else f"module 'python_native' has no attribute {name!r}"
-        )
+        if name.startswith("__"):
+            raise AttributeError(f"module 'python_native' has no attribute {name!r}")
+        dsls = self.all_dsls
+        close = difflib.get_close_matches(name, [*dsls, *PUBLIC_API], n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise AttributeError(f"module 'python_native' has no attribute {name!r}; {hint}(DSLs: {dsls})")
 
     def __dir__(self) -> list[str]:
         names = set(super().__dir__()) | set(PUBLIC_API)

@@ -25,6 +25,19 @@ ENTRY_NAME = "_pn_router"
 PLAN_KEYWORD = "plan"
 
 
+# The global naming ``OverrideUnavailable`` in every router's namespace.
+UNAVAILABLE_GLOBAL = "_pn_unavailable"
+
+
+class OverrideUnavailable(RuntimeError):
+    """Raised by an impl that cannot serve calls after all (its DSL's runtime failed to load, say):
+    the router goes on with the next override or aten's kernel, as if the cond had declined.
+
+    Raise it before changing anything the caller can see. ``python_native.dsl_support.runtime_failed``
+    builds one after taking the DSL out of routing, so later calls skip it without trying.
+    """
+
+
 @dataclass(frozen=True)
 class RouteStep:
     """One active override as the generator sees it: the globals that hold its pieces."""
@@ -135,7 +148,6 @@ def router_source(
 ) -> str:
     """Source of one router variant for ``sig`` running ``steps`` in order."""
     lines = [f"# {comment}", _header(sig)]
-    reaches_fallback = True
     for step in steps:
         impl_args = _call_args(sig, skip_out=step.epilogue == "out")
         if step.cond is None:
@@ -151,15 +163,17 @@ def router_source(
             indent = "        "
         if traced:
             lines.append(f"{indent}_pn_trace({step.event})")
-        lines += _impl_call(step, impl_args, indent)
-        lines += _epilogue(step, sig, indent)
+        # An impl whose DSL turned out unable to run raises ``OverrideUnavailable``: the call goes
+        # on as if its cond had declined (free until raised: a try costs nothing on 3.11+).
+        lines.append(f"{indent}try:")
+        lines += _impl_call(step, impl_args, indent + "    ")
+        lines += [f"{indent}except {UNAVAILABLE_GLOBAL}:", f"{indent}    pass", f"{indent}else:"]
+        lines += _epilogue(step, sig, indent + "    ")
         if step.cond is None:
-            reaches_fallback = False
             break
-    if reaches_fallback:
-        if traced:
-            lines.append(f"    _pn_trace({fallback_event})")
-        lines += _fallback(sig, "    ")
+    if traced:
+        lines.append(f"    _pn_trace({fallback_event})")
+    lines += _fallback(sig, "    ")
     return "\n".join(lines) + "\n"
 
 
@@ -185,12 +199,24 @@ def make_function(code: types.CodeType, namespace: dict, sig: OpSignature, name:
 
 
 def dump(source: str, filename: str) -> None:
-    """Write a generated router to the dump folder (``PYTHON_NATIVE_DUMP_DIR``)."""
-    from python_native import env
+    """Write a generated router to the dump folder (``PYTHON_NATIVE_DUMP_DIR``).
+
+    Dumping is for reading, never for routing: a folder that cannot be written is reported once
+    (and in the status report) and the router is used all the same.
+    """
+    from python_native import env, faults
 
     folder = env.dump_dir()
     if folder is None:
         return
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, filename), "w", encoding="utf-8") as f:
-        f.write(source)
+    variable = env.DUMP_DIR[0]
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, filename), "w", encoding="utf-8") as f:
+            f.write(source)
+    except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        faults.report(variable, f"cannot write generated routers to {folder!r} ({why})",
+                      "set it to a writable folder or unset it; routers are not dumped meanwhile", stacklevel=2)
+    else:
+        faults.resolve(variable)

@@ -136,11 +136,15 @@ def _why_not(device: str) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--norm", choices=["layer", "rms"], default="layer")
-    parser.add_argument("--activation", choices=["gelu", "silu"], default="gelu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bfloat16 on CUDA, float32 on CPU")
+    parser.add_argument("--norm", choices=["layer", "rms"], default="layer",
+                        help="the block's norm: LayerNorm or RMSNorm (default: %(default)s)")
+    parser.add_argument("--activation", choices=["gelu", "silu"], default="gelu",
+                        help="the MLP's activation (default: %(default)s)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), help="dtype of the block and its input "
+                        "(default: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--repeats", type=int, help="timed runs per mode (default: 20 on CUDA, 3 on CPU)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the weights and the input, the same in both modes (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
 
 

@@ -1,14 +1,15 @@
 """Which dispatch keys an override may sit at: backend keys only.
 
 Overrides sit below autograd and autocast (at ``CPU``, ``CUDA``, ``XPU``...), so those keep
-aten's formulas above them. The registry checks keys at registration; the panel checks the keys
-users switch, with the same rule, so a key that can never hold an override is refused loudly.
+aten's formulas above them. The registry refuses other keys at registration; the panel checks the
+keys users switch with the same rule and warns about a key that can never hold an override.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -91,8 +92,14 @@ def accepted_summary() -> str:
     )
 
 
-def check_switchable_keys(values: Iterable[Any]) -> tuple[str, ...]:
-    """Keys a user switches (str or ``torch._C.DispatchKey``), each one an override can sit at."""
+def check_switchable_keys(values: Iterable[Any], *, stacklevel: int = 2) -> tuple[str, ...]:
+    """Keys a user switches (str or ``torch._C.DispatchKey``).
+
+    A name no override can sit at (misspelt, empty, ``Meta``, ``AutogradCUDA``...) is warned about,
+    naming close matches and the accepted keys, and kept: switching it does nothing, as in torch's
+    own panel, so code written against that panel runs unchanged. Only a value that is no name at
+    all (not a str) is refused.
+    """
     names = []
     members = torch._C.DispatchKey.__members__
     for value in values:
@@ -100,19 +107,43 @@ def check_switchable_keys(values: Iterable[Any]) -> tuple[str, ...]:
             value = value.name
         if not isinstance(value, str):
             raise TypeError(f"dispatch keys must be str, got {type(value).__name__}: {value!r}")
-        if value not in members:
-            close = [k for k in members if k.lower() == value.lower()]
-            close = close or difflib.get_close_matches(value, list(members), n=3)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ValueError(f"{value!r} is not a dispatch key{hint}")
-        if value not in accepted_dispatch_keys():
-            why = (
-                "a functionality shared by many backends"
-                if is_functionality_key(value)
-                else "not a backend key" if value not in NON_BACKEND_KEYS else "a key overrides are never installed at"
-            )
-            raise ValueError(
-                f"dispatch key {value!r} is {why}, so no override can fire there; accepted keys: {accepted_summary()}"
-            )
+        problem = _switch_problem(value, members)
+        if problem is not None:
+            warnings.warn(f"python_native: {problem}", UserWarning, stacklevel=stacklevel + 1)
         names.append(value)
     return tuple(names)
+
+
+def unreachable_reason(key: str) -> str | None:
+    """Why no call on this machine reaches an override at ``key`` (no device of its kind), or None."""
+    if key.endswith("CUDA"):
+        if not torch.backends.cuda.is_built():
+            return "this torch build has no CUDA"
+        if not torch.cuda.is_available():
+            return "no CUDA device here"
+    for device in ("XPU", "MPS"):
+        if key.endswith(device):
+            module = getattr(torch, device.lower(), None) if device == "XPU" else torch.backends.mps
+            available = getattr(module, "is_available", None)
+            if not (callable(available) and available()):
+                return f"no {device} device here"
+    return None
+
+
+def _switch_problem(value: str, members: Any) -> str | None:
+    if value not in members:
+        close = [k for k in members if k.lower() == value.lower()]
+        close = close or difflib.get_close_matches(value, list(members), n=3)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        return f"{value!r} is not a dispatch key, so switching it has no effect{hint}"
+    if value not in accepted_dispatch_keys():
+        why = (
+            "a functionality shared by many backends"
+            if is_functionality_key(value)
+            else "not a backend key" if value not in NON_BACKEND_KEYS else "a key overrides are never installed at"
+        )
+        return (
+            f"dispatch key {value!r} is {why}, so no override can fire there and switching it has no effect; "
+            f"accepted keys: {accepted_summary()}"
+        )
+    return None

@@ -28,6 +28,7 @@ class DSLModule(Protocol):
 
 
 _dsls: dict[str, Any] = {}
+_runtime_failures: dict[str, str] = {}  # DSL name -> why its runtime failed when first used
 _reserved: set[str] = set()  # names the panel uses itself (``pn.status``...): never a DSL's
 _lock = threading.RLock()
 _entry_points_loaded = False
@@ -95,9 +96,22 @@ def is_known(name: str) -> bool:
     return get(name) is not None
 
 
+def record_runtime_failure(name: str, reason: str) -> bool:
+    """``name``'s runtime failed when first used (an import that raised): from now on the DSL is
+    unavailable, with ``reason`` as why. True the first time."""
+    with _lock:
+        first = name not in _runtime_failures
+        _runtime_failures.setdefault(name, reason)
+        return first
+
+
+def runtime_failure(name: str) -> str | None:
+    return _runtime_failures.get(name)
+
+
 def available(name: str) -> bool:
     module = get(name)
-    if module is None:
+    if module is None or name in _runtime_failures:
         return False
     try:
         return bool(module.runtime_available())
@@ -122,6 +136,8 @@ def unavailable_reason(name: str) -> str | None:
     module = get(name)
     if module is None:
         return "not registered"
+    if name in _runtime_failures:
+        return _runtime_failures[name]
     reason_fn = getattr(module, "unavailable_reason", None)
     if callable(reason_fn):
         try:

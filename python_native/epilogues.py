@@ -4,8 +4,8 @@ A DSL author writes ``add.Tensor`` once; the registry can route ``add_.Tensor`` 
 to the same cond and impl, and the generated router finishes the job as aten would: copy into
 ``self`` or ``out`` (resizing ``out`` as aten does) and return the alias. Whenever the result could
 not be written the way aten writes it (a broadcast that would grow ``self``, a dtype aten refuses
-to cast to, another device), the router hands the call to aten's own kernel, which raises
-exactly the error aten raises.
+to cast to, an ``out`` of another dtype, another device), the router hands the call to aten's own
+kernel, which does what aten does, raising exactly the error aten raises.
 """
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ def fits_inplace(result: torch.Tensor, target: torch.Tensor) -> bool:
 
 
 def fits_out(result: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether aten's out= kernel would accept ``out`` for ``result`` (it may resize it)."""
-    return result.device == out.device and torch.can_cast(result.dtype, out.dtype)
+    """Whether ``result`` can be written into ``out`` exactly as aten's out= kernel would (resizing it).
+
+    Only an ``out`` of the result's own dtype qualifies: what aten does with another dtype depends
+    on the op (``mul.out`` computes and casts, ``relu.out`` and ``gelu.out`` refuse), so any other
+    goes to aten's kernel, which does exactly that.
+    """
+    return result.dtype == out.dtype and result.device == out.device
 
 
 def write_out(result: torch.Tensor, out: torch.Tensor) -> None:

@@ -12,6 +12,11 @@ as absent: it is removed and rebuilt, never loaded. Writers take an ``fcntl`` lo
 (so concurrent processes build a kernel once), write to a temporary file and ``os.replace`` it,
 so readers see a whole entry or none.
 
+Anything found at an entry's path that is not a regular file of sane size (a folder, a FIFO, a
+device, a link to one) is never read. A cache folder that cannot be used (not writable, a file, a
+lock that cannot be taken) costs the cache only: kernels are built without it, and the problem is
+reported once and in the status report (see ``faults``).
+
 Location: ``$PYTHON_NATIVE_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/python-native`` (or
 ``~/.cache/python-native``), in a ``kernels`` subfolder.
 """
@@ -22,28 +27,32 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from python_native import env, faults
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover  (non-POSIX: no cross-process lock, writes stay atomic)
     fcntl = None  # type: ignore[assignment]
 
-CACHE_DIR_ENV = "PYTHON_NATIVE_CACHE_DIR"
+CACHE_DIR_ENV = env.CACHE_DIR[0]
 MAGIC = b"PYTHON-NATIVE-KERNEL 1\n"
 _MAX_HEADER = 1 << 16
+MAX_ENTRY_BYTES = 1 << 30  # no compiled kernel comes near; anything bigger is not an entry
 
 
 def default_root() -> Path:
     """Where entries live: the env override, else the user cache dir."""
-    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    override = env.cache_dir()
     if override:
         return Path(override).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.user_cache_base() or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "python-native" / "kernels"
 
 
@@ -89,14 +98,13 @@ class KernelCache:
     def load(self, key: EntryKey) -> bytes | None:
         """The payload stored for ``key``, or None when absent or not a valid entry for it."""
         path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
+        data = _read_regular(path)
+        if data is _ABSENT:
             return None
-        payload = _decode(data, key)
+        payload = None if data is None else _decode(data, key)
         if payload is None:
             with contextlib.suppress(OSError):
-                path.unlink()
+                path.unlink()  # a link goes, never what it points to; a folder stays (and is never read)
         return payload
 
     def store(self, key: EntryKey, payload: bytes) -> Path:
@@ -117,30 +125,92 @@ class KernelCache:
         return path
 
     def get_or_build(self, key: EntryKey, build: Callable[[], bytes]) -> tuple[bytes, bool]:
-        """``(payload, cached)``: the stored payload, or ``build()``'s, stored once across processes."""
+        """``(payload, cached)``: the stored payload, or ``build()``'s, stored once across processes.
+
+        A cache folder that cannot be used never costs the kernel: it is built without the cache.
+        """
         payload = self.load(key)
         if payload is not None:
             return payload, True
-        with self._locked(key):
+        lock = self._lock(key)
+        if lock is None:
+            return build(), False
+        with lock:
             payload = self.load(key)  # another process may have built it while we waited
             if payload is not None:
                 return payload, True
             payload = build()
-            self.store(key, payload)
+            try:
+                self.store(key, payload)
+            except (OSError, ValueError) as e:
+                self._unusable(e, f"the entry {self.path(key)} cannot be written")
+            else:
+                faults.resolve(_FAULT_SOURCE)
             return payload, False
 
-    @contextlib.contextmanager
-    def _locked(self, key: EntryKey) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if fcntl is None:
-            yield
-            return
-        with open(self.root / (key.file_name() + ".lock"), "a+b") as lock:
+    def _lock(self, key: EntryKey) -> contextlib.AbstractContextManager | None:
+        """The cross-process lock of ``key``'s entry, taken; None when the folder cannot hold one."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if fcntl is None:
+                return contextlib.nullcontext()
+            lock = open(self.root / (key.file_name() + ".lock"), "a+b")  # closed by _held
+        except (OSError, ValueError) as e:
+            self._unusable(e)
+            return None
+        try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        except OSError as e:
+            lock.close()
+            self._unusable(e)
+            return None
+        return _held(lock)
+
+    def _unusable(self, error: Exception, what: str = "") -> None:
+        why = str(error)
+        if isinstance(error, OSError) and error.strerror:
+            why = error.strerror + (f": {error.filename}" if error.filename else "")
+        faults.report(
+            _FAULT_SOURCE, f"{what or f'the folder {str(self.root)!r} cannot be used'} ({why})",
+            f"point {CACHE_DIR_ENV} at a writable folder; kernels are compiled without caching meanwhile",
+            stacklevel=3,
+        )
+
+
+_FAULT_SOURCE = "kernel cache"
+_ABSENT: Any = object()  # nothing at the entry's path
+
+
+@contextlib.contextmanager
+def _held(lock: Any) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        lock.close()
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``MAX_ENTRY_BYTES``; ``_ABSENT``
+    when nothing is there; None for anything else (never blocking on a FIFO, never reading a device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return _ABSENT
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_ENTRY_BYTES + 1)
+        return data if len(data) <= MAX_ENTRY_BYTES else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _encode(key: EntryKey, payload: bytes) -> bytes:
@@ -156,7 +226,7 @@ def _decode(data: bytes, key: EntryKey) -> bytes | None:
         return None
     try:
         header = json.loads(data[len(MAGIC) : end])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return None
     if not isinstance(header, dict) or header.get("key") != json.loads(key.canonical()):
         return None  # a foreign entry (hash collision or a file copied in by hand)

@@ -2,6 +2,7 @@
 
 ``collect`` gathers plain data (also what ``--json`` prints and ``pn.status()`` returns);
 ``render`` lays it out for a terminal, keeping columns aligned: long reasons go on their own line.
+Problems found with what python-native reads from outside (see ``faults``) come first.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
 
 
 def render(data: dict) -> str:
-    lines = [f"torch {data['torch']}", "", "DSLs"]
+    lines = [f"torch {data['torch']}"]
+    if data.get("problems"):
+        lines += ["", f"Problems ({len(data['problems'])}): each costs only what depends on it"]
+        for p in data["problems"]:
+            lines += _wrapped(f"{p['source']}: {p['problem']}", "  ")
+            lines += _wrapped(f"fix: {p['fix']}")
+    lines += ["", "DSLs"]
     for d in data["dsls"]:
         lines.append(
             f"  {d['name']:<10} {'available' if d['available'] else 'unavailable':<12} "
@@ -33,6 +40,8 @@ def render(data: dict) -> str:
             lines += _wrapped(f"why unavailable: {d['reason']}")
         if d["hint"]:
             lines += _wrapped(f"hint: {d['hint']}")
+        if d.get("note"):
+            lines += _wrapped(f"note: {d['note']}")
         for family, why in d["skipped"].items():
             lines += _wrapped(f"not installed: {family} ({why})")
     lines += ["", f"Overrides ({len(data['overrides'])})"]
@@ -45,8 +54,17 @@ def render(data: dict) -> str:
             f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
             + (f"  (registered through {o['origin']})" if o.get("origin") else "")
         )
+        if o.get("unreachable"):
+            lines += _wrapped(f"never reached: {o['unreachable']}")
         if o.get("slot_overrides", 1) > 1:
             lines += _wrapped(_order_note(o))
+    if data.get("declared_ops"):
+        lines += ["", "Ops declared outside aten (overrides attach to them; their reference runs otherwise)"]
+        op_width = max(len(d["op"]) for d in data["declared_ops"])
+        for d in data["declared_ops"]:
+            lines.append(f"  {d['op']:<{op_width}}  {d['kind']}{', autograd' if d['autograd'] else ''}")
+            if d["doc"]:
+                lines += _wrapped(d["doc"])
     if "compile" in data:
         c = data["compile"]
         lines += ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]
@@ -73,6 +91,8 @@ def render(data: dict) -> str:
             value += f" (via {e['set_by']})"
         lines.append(f"  {e['name']} = {value}")
         lines += _wrapped(e["meaning"])
+        if e.get("problem"):
+            lines += _wrapped(f"problem: {e['problem']}")
     lines += ["", "Legend"]
     lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)

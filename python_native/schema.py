@@ -1,4 +1,4 @@
-"""Resolve op symbols to aten overloads and describe their Python-level signatures.
+"""Resolve op symbols to overloads (aten's or another namespace's) and describe their Python-level signatures.
 
 The generated routers take the op's own parameters, so this module turns a
 ``torch._C.FunctionSchema`` into parameter lists (names, defaults, keyword-only) once,
@@ -14,8 +14,6 @@ from functools import cache
 from typing import Any
 
 import torch
-
-OVERRIDABLE_NAMESPACES = ("aten",)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from python_native import uncompiled
+
 
 @dataclass(frozen=True)
 class TraceEvent:
@@ -24,19 +26,41 @@ class TraceEvent:
 
 
 class Trace:
-    """Collects events from every thread while open; ``events`` stays readable after exit."""
+    """Collects events from every thread while open; ``events`` stays readable after exit.
+
+    Inside a function ``torch.compile`` runs, the block runs eagerly, outside any graph, and
+    records what it calls (see ``uncompiled``).
+    """
 
     def __init__(self, on_open: Callable[[Trace], None], on_close: Callable[[Trace], None]):
         self.events: list[TraceEvent] = []
         self._on_open = on_open
         self._on_close = on_close
+        self._paused: list[object] = []
 
+    @uncompiled.entering
     def __enter__(self) -> Trace:
-        self._on_open(self)
+        paused = uncompiled.pause()
+        try:
+            self._on_open(self)
+        except BaseException:
+            uncompiled.resume(paused)
+            raise
+        self._paused.append(paused)
         return self
 
+    @uncompiled.entering
     def __exit__(self, *exc_info: object) -> None:
-        self._on_close(self)
+        try:
+            self._on_close(self)
+        finally:
+            uncompiled.resume(self._paused.pop() if self._paused else None)
+
+    def __reduce_ex__(self, protocol: object) -> tuple:
+        raise TypeError(
+            "cannot pickle a python_native Trace: it is tied to this process's routers; "
+            "pickle trace.events (a list of TraceEvent, plain data) instead"
+        )
 
     def ops(self, outcome: str | None = None) -> list[str]:
         """Op symbols of the recorded events, optionally only those with ``outcome``."""
@@ -86,6 +110,7 @@ class TraceHub:
             self.active = bool(self._open)
             return not self._open
 
+    @uncompiled.opaque
     def emit(self, template: tuple[str, str, str | None, str, str | None]) -> None:
         event = TraceEvent(*template, thread=threading.get_ident())
         for trace in self._open:

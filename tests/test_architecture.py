@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"python_native": ROOT / "python_native", "python_native_dsls": ROOT / "dsls"}
 MAX_LINES = 500
-FEATURES = ("calibration", "checked", "compiled", "native_bridge", "kernel_cache")
+FEATURES = ("calibration", "checked", "compiled", "native_bridge", "kernel_cache", "ops")
 TOOLS = ("bench", "verify", "report", "demo", "commands", "__main__")
 
 grimp = pytest.importorskip("grimp", reason="import-linter not installed (pip install -e '.[test]')")

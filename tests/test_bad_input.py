@@ -25,8 +25,10 @@ def test_non_backend_keys_rejected(key):
 def test_bad_names_rejected():
     with pytest.raises(ValueError, match="does not exist.*did you mean"):
         register(TEST_DSL, "aten", "subb.Tensor", "CPU", always, marked_sub)
-    with pytest.raises(ValueError, match="'prims'.*allowed"):
-        register(TEST_DSL, "prims", "sub", "CPU", always, marked_sub)
+    with pytest.raises(ValueError, match="nosuch_namespace::sub does not exist"):
+        register(TEST_DSL, "nosuch_namespace", "sub", "CPU", always, marked_sub)
+    with pytest.raises(ValueError, match="is not an operator namespace"):
+        register(TEST_DSL, "not a namespace", "sub", "CPU", always, marked_sub)
     with pytest.raises(ValueError, match="AutogradCPU"):
         register(TEST_DSL, "aten", "sub.Tensor", "AutogradCPU", always, marked_sub)
     with pytest.raises(ValueError, match="'CPUU' is not a dispatch key; did you mean CPU"):
@@ -35,6 +37,28 @@ def test_bad_names_rejected():
         register("nodsl", "aten", "sub.Tensor", "CPU", always, marked_sub)
     with pytest.raises(ValueError, match="CompositeImplicitAutograd"):
         register(TEST_DSL, "aten", "rms_norm", "CPU", always, marked_sub)
+
+
+def test_op_of_any_namespace_needs_a_kernel_at_the_key_to_fall_back_to():
+    """The core takes an op of any namespace because it exists and has a kernel to fall back to."""
+    lib = torch.library.Library("pn_test_fallback", "FRAGMENT")
+    try:
+        lib.define("meta_only(Tensor x) -> Tensor")
+        lib.impl("meta_only", lambda x: torch.empty_like(x), "Meta")
+        before = len(pn.overrides())
+        with pytest.raises(ValueError, match="pn_test_fallback::meta_only has no kernel at CPU to fall back to"):
+            register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x)
+        assert len(pn.overrides()) == before
+        lib.impl("meta_only", lambda x: x * 2, "CPU")
+        handle = register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x * 3)
+        try:
+            assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [3.0, 3.0]
+            with pn.operations_disabled("pn_test_fallback::meta_only"):
+                assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [2.0, 2.0]
+        finally:
+            handle.remove()
+    finally:
+        lib._destroy()
 
 
 def test_bad_callables_and_types_rejected():
@@ -50,8 +74,8 @@ def test_bad_callables_and_types_rejected():
         register(None, "aten", "sub.Tensor", "CPU", always, marked_sub)
     with pytest.raises(TypeError, match="op symbols must be str"):
         pn.disable_operations(3)
-    with pytest.raises(ValueError, match="is not a dispatch key"):
-        pn.disable_dispatch_keys("GPU")
+    with pytest.raises(TypeError, match="dispatch keys must be str"):
+        pn.disable_dispatch_keys(7)
     with pytest.raises(TypeError):
         pn.register_dsl("bad", object())
     with pytest.raises(ValueError, match="clashes"):
@@ -65,23 +89,22 @@ def test_unknown_op_in_disable_warns_with_close_matches():
     REGISTRY.reset_switches()
 
 
-def test_failing_registration_leaves_everything_as_it_was(overrides):
+def test_failing_registration_leaves_everything_as_it_was(overrides, monkeypatch):
     x = torch.ones(2, 2)
     first = overrides("sub.Tensor", always, marked_sub)
     before_source = pn.router_source("sub.Tensor", "CPU")
     before = list(pn.overrides())
 
-    def broken_order(op, key, found):
+    def failing(*args, **kwargs):
         raise RuntimeError("ordering failed")
 
-    previous = REGISTRY.ordering.swap(broken_order)
-    try:
+    # Ordering is the last step before the dispatcher changes: a failure there must change nothing.
+    with monkeypatch.context() as m:
+        m.setattr(REGISTRY.ordering, "ordered", failing)
         with pytest.raises(RuntimeError, match="ordering failed"):
             pn.register_op_override(TEST_DSL, "aten", "sub.Tensor", "CPU", always, lambda *a, **k: None)
         with pytest.raises(RuntimeError, match="ordering failed"):
             pn.register_op_override(TEST_DSL, "aten", "div.Tensor", "CPU", always, lambda *a, **k: None)
-    finally:
-        REGISTRY.ordering.restore(previous)
     assert list(pn.overrides()) == before and first.active
     assert pn.router_source("sub.Tensor", "CPU") == before_source
     with pytest.raises(KeyError):

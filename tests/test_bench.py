@@ -15,7 +15,7 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
 import python_native_dsls.triton as backend
-from python_native import bench, calibration
+from python_native import bench, calibration, env
 from python_native.__main__ import main
 
 pytestmark = pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
@@ -110,3 +110,67 @@ def test_calibrate_writes_a_valid_table(tmp_path, capsys):
 
 def test_table_filename():
     assert calibration.table_filename("NVIDIA H100 80GB HBM3/sm90") == "nvidia_h100_80gb_hbm3_sm90.json"
+
+
+def test_indexing_rows_fire_and_count_their_bytes(capsys):
+    assert main(["bench", "--quick", "--json", "--dtypes", "bfloat16", "--ops", "topk,scatter_add,index_add"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["op"], r["shape"]) for r in rows] == [
+        ("topk", [4, 64, 4]), ("topk", [7, 100, 20]), ("scatter_add", [64, 32, 16]), ("index_add", [64, 32, 16]),
+    ]
+    # Where a GPU has not timed them yet, they are installed at CUDA only to be measured.
+    assert all(r["fired"] is (not ON_GPU or env.unmeasured_allowed()) for r in rows)
+    assert rows[0]["bytes"] == 4 * (64 * 2 + 4 * (2 + 8))  # read x, write k values and int64 indices per row
+    assert rows[2]["bytes"] == 64 * (32 * 2 + 8) + 2 * 16 * 32 * 2  # source and an index per token, self copied
+    full = bench.cases([torch.bfloat16], quick=False, ops=["topk", "scatter_add", "index_add"])
+    assert {c.shape for c in full} >= {(1, 128256, 50), (1, 128256, 256), (64, 128256, 50), (4096, 4096, 8),
+                                       (16384, 4096, 2048)}
+
+
+def test_calibrate_covers_the_indexing_ops(tmp_path, capsys):
+    path = tmp_path / "table.json"
+    args = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "topk,index_add"]
+    assert main([*args, "--output", str(path)]) == 0
+    table = calibration.load(path)
+    measured = not ON_GPU or env.unmeasured_allowed()
+    assert {r["op"] for r in table["rows"]} == ({"topk", "index_add", "index_add_"} if measured else set())
+
+
+def test_group_norm_and_dropout_rows(capsys):
+    assert main(["bench", "--quick", "--json", "--dtypes", "float32", "--ops", "group_norm_cl,dropout"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["op"], r["mode"], r["shape"]) for r in rows] == [
+        ("group_norm_cl", "fwd", [2, 8, 4, 4]), ("group_norm_cl", "fwd+bwd", [2, 8, 4, 4]),
+        ("dropout", "fwd", [4, 64]), ("dropout", "fwd+bwd", [4, 64]),
+    ]
+    assert all(r["fired"] for r in rows)
+    assert rows[2]["bytes"] == 4 * 64 * (2 * 4 + 1)  # x read, y written, a one-byte mask written
+
+
+def test_diffusion_and_llm_rows_lead_the_full_grid():
+    full = bench.cases([torch.bfloat16, torch.float32], quick=False, ops=["group_norm", "group_norm_cl", "dropout"])
+    named = {(c.op, c.mode, c.shape, c.dtype) for c in full}
+    for op in ("group_norm", "group_norm_cl"):
+        for mode in ("fwd", "fwd+bwd"):
+            assert {(op, mode, (8, 512, 64, 64), dt) for dt in (torch.bfloat16, torch.float32)} <= named
+    assert ("dropout", "fwd+bwd", (8192, 4096), torch.bfloat16) in named
+    assert bench.rows.groups_of(512) == 32 and bench.rows.groups_of(8) == 8
+    x = bench.make_inputs(bench.Case("group_norm_cl", "fwd+bwd", (2, 8, 4, 4), torch.float32), "cpu")
+    assert x.x.is_contiguous(memory_format=torch.channels_last) and x.dy.stride() == x.x.stride()
+
+
+def test_calibration_measures_dropout_and_group_norm(tmp_path, capsys):
+    path = tmp_path / "table.json"
+    args = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "dropout"]
+    assert main([*args, "--output", str(path)]) == 0
+    measured = not ON_GPU or env.unmeasured_allowed()  # on a GPU, unmeasured ops install only when asked
+    assert {r["op"] for r in calibration.load(path)["rows"]} == (
+        {"native_dropout", "native_dropout_backward", "bernoulli_.float"} if measured else set())
+    # Group norm's arguments, built from a rows x columns input as the calibration run builds them.
+    from python_native.bench.calibrating import _calibration_args, aten_op
+
+    x = torch.randn(2, 64, device=backend.device_type())
+    for symbol in ("native_group_norm", "native_group_norm_backward"):
+        with pn.trace() as t:
+            aten_op(symbol)(*_calibration_args()[symbol](x, torch.randn_like(x)))
+        assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == symbol}

@@ -210,3 +210,22 @@ def test_keep_runs_the_triton_layer_norm_forward_and_backward(fresh_compile):
     torch.testing.assert_close(out, expected)
     for got, want in zip(grads, [p.grad for p in eager_inputs], strict=True):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
+def test_random_ops_stay_random_in_keep():
+    """The twin of a random op carries its randomness tag, so graph passes neither merge nor reorder
+    two calls: two dropouts of one input draw two masks."""
+    from python_native.compiled import opaque
+
+    assert torch.Tag.nondeterministic_seeded in opaque.opaque_op(aten.native_dropout.default).tags
+    assert torch.Tag.nondeterministic_seeded not in opaque.opaque_op(aten.bmm.default).tags
+    x = torch.randn(32, 32, device=backend.device_type())
+    with pn.compile_mode_set("keep"):
+        fn = torch.compile(lambda x: (torch.native_dropout(x, 0.5, True)[1], torch.native_dropout(x, 0.5, True)[1]))
+        with pn.trace() as t:
+            first, second = fn(x)
+    torch.compiler.reset()
+    assert not torch.equal(first, second)
+    installed = "native_dropout" in pn.get_dsl_operations("triton")  # at CUDA: once a table covers it
+    assert [e.op for e in t.events if e.outcome == "override"] == ["native_dropout"] * 2 * installed

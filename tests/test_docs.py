@@ -60,6 +60,14 @@ def test_page_examples_run(page: Path, tmp_path: Path):
     assert proc.returncode == 0, f"{page.name} examples failed:\n{proc.stderr[-4000:]}"
 
 
+def test_readme_examples_run(tmp_path: Path):
+    """The README's snippets run as written: nothing undefined, every attribute real."""
+    blocks = examples(ROOT / "README.md")
+    assert blocks
+    proc = _python(PRELUDE + "\n\n".join(blocks), ENV, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
 _DISABLE_CHECK = """
 import torch, python_native as pn
 from python_native import native_bridge

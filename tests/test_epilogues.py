@@ -84,3 +84,34 @@ def test_missing_variant_is_an_error(overrides):
         overrides("bmm", always, lambda s, m: s, derive_variants=["inplace"])
     with pytest.raises(ValueError, match="unknown variant"):
         overrides("mul.Tensor", always, plus_one_mul, derive_variants=["sideways"])
+
+
+def _aten_error(call):
+    with pn.testdsl.disabled():
+        try:
+            call()
+        except RuntimeError as e:
+            return str(e)
+    return None
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float64, torch.float16, torch.int64])
+def test_out_of_another_dtype_does_what_aten_does(overrides, out_dtype):
+    """aten's relu.out refuses an out= of another dtype, mul.out computes and casts: the derived
+    variant hands any out= of another dtype to aten's kernel, whichever it does."""
+    overrides("relu", always, lambda x: x.clamp(min=0) + 1000, derive_variants=True)
+    overrides("mul.Tensor", float_tensors, plus_one_mul, derive_variants=True)
+    x = torch.tensor([-1.0, 2.0])
+    call = lambda: torch.ops.aten.relu.out(x, out=torch.empty(2, dtype=out_dtype))  # noqa: E731
+    expected = _aten_error(call)
+    assert expected is not None and "Expected out tensor to have dtype float" in expected
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        call()
+    out = torch.empty(2, dtype=out_dtype)
+    if out_dtype == torch.int64:
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            torch.mul(x, x, out=out)
+    else:
+        assert torch.mul(x, x, out=out) is out and torch.equal(out, torch.tensor([1.0, 4.0], dtype=out_dtype))
+    same = torch.empty(0)
+    assert torch.ops.aten.relu.out(x, out=same) is same and same.tolist() == [1000.0, 1002.0]  # ours

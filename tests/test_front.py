@@ -129,6 +129,7 @@ def test_remove_leaves_the_dispatcher_as_it_was(compiled, x):
     handle = pn.register_op_override(TEST_DSL, "aten", "sub.Tensor", "CPU", always, marked_sub)
     assert "python_native compiled front" in torch._C._dispatch_dump("aten::sub.Tensor")
     handle.remove()
+    assert REGISTRY.settle()
     assert torch._C._dispatch_dump("aten::sub.Tensor") == before
 
 

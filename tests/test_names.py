@@ -9,6 +9,7 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
+from python_native import controller
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
@@ -48,18 +49,29 @@ def test_op_from_another_namespace_is_refused():
 
 
 def test_dispatch_key_case_suggestion():
-    with pytest.raises(ValueError, match="did you mean 'CUDA'"):
+    controller._keys_checked.clear()
+    with pytest.warns(UserWarning, match="did you mean 'CUDA'"):
         pn.disable_dispatch_keys("cuda")
-    with pytest.raises(ValueError, match="did you mean 'CPU'"):
+    with pytest.warns(UserWarning, match="did you mean 'CPU'"):
         pn.dispatch_keys_disabled("cpu")
+    pn.enable_dispatch_keys("cuda")
 
 
-@pytest.mark.parametrize("key", ["Dense", "Meta", "AutogradCUDA", "Sparse", "Quantized", "AutocastCUDA", "Python"])
-def test_keys_no_override_can_fire_at_are_refused(key):
-    for call in (pn.disable_dispatch_keys, pn.enable_dispatch_keys, pn.dispatch_keys_disabled, pn.is_dispatch_key_disabled):
-        with pytest.raises(ValueError, match=f"'{key}'.*accepted keys: CPU, CUDA"):
+@pytest.mark.parametrize("key", ["", "NoSuchKey", "Dense", "Meta", "AutogradCUDA", "Sparse", "Quantized", "AutocastCUDA", "Python"])
+def test_keys_no_override_can_fire_at_warn_like_torchs_panel_accepts_them(key, overrides, x):
+    """Torch's own panel takes any key name; ours warns (naming why and the accepted keys) and goes on."""
+    overrides("sub.Tensor", always, marked_sub)
+    for call in (pn.disable_dispatch_keys, pn.enable_dispatch_keys, pn.is_dispatch_key_disabled):
+        controller._keys_checked.clear()
+        with pytest.warns(UserWarning, match="accepted keys: CPU, CUDA" if key in torch._C.DispatchKey.__members__ else "is not a dispatch key"):
             call(key)
-    pn.disable_dispatch_keys("SparseCUDA")  # a real backend key is still fine
+    controller._keys_checked.clear()
+    with pytest.warns(UserWarning, match=repr(key)):
+        with pn.dispatch_keys_disabled(key):
+            assert torch.equal(torch.sub(x, x), torch.full_like(x, 1000))  # our override still fires at CPU
+    assert pn.is_dispatch_key_disabled(key) is False
+    with pytest.raises(TypeError, match="dispatch keys must be str"):
+        pn.disable_dispatch_keys(None)
     pn.enable_dispatch_keys("SparseCUDA", torch._C.DispatchKey.CUDA)
 
 

@@ -64,7 +64,9 @@ def test_unconditional_override_needs_no_cond(overrides, x):
     overrides("sub.Tensor", None, marked_sub, unconditional_override=True)
     assert torch.equal(torch.sub(x, x), torch.full_like(x, 1000))
     source = pn.router_source("sub.Tensor", "CPU")
-    assert "_pn_cond" not in source and "call_boxed" not in source
+    # No cond is asked; aten's kernel is reached only when the impl hands the call on.
+    assert "_pn_cond" not in source
+    assert "call_boxed" not in source.partition("except _pn_unavailable:")[0]
 
 
 def test_remove_restores_aten(overrides, x):

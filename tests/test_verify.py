@@ -54,6 +54,12 @@ def test_softmax_json_passes_and_covers_forward_and_backward():
     assert {r["dtype"] for r in report["rows"]} == {"float32", "float16", "bfloat16"}
     assert all(r["fired"] > 0 and r["status"] == "ok" for r in report["rows"])
     assert report["coverage"]["ops"] == {"_softmax": True, "_softmax_backward_data": True}
+    # A relative error stands beside each absolute one (ours and aten's), in the table too.
+    for r in report["rows"]:
+        for ours, rel in (("max_error", "max_rel_error"), ("max_error_aten", "max_rel_error_aten")):
+            assert r[rel] >= 0 and (r[rel] > 0) == (r[ours] > 0), r
+    header = verify.render(report).splitlines()[0].split()
+    assert header[4:10] == ["max", "err", "ours", "rel", "max", "err"] and header[11] == "rel"
 
 
 def test_full_run_covers_every_installed_override():
@@ -101,3 +107,24 @@ def test_mismatch_admits_results_closer_to_float64_than_aten():
     aten = torch.tensor([1.5, 2.0])
     assert verify.mismatch(torch.tensor([1.0, 2.0]), aten, truth, "x") is None
     assert "1/2 elements off" in verify.mismatch(torch.tensor([3.0, 2.0]), aten, truth, "x")
+
+
+def _doubling_dropout(input, p, train):
+    mask = torch.rand_like(input) >= p
+    return input * mask * 2.0, mask  # the wrong scale, whatever p is
+
+
+def test_dropout_is_judged_by_structure():
+    """Random results cannot be compared with aten's value by value: a dropout keeping the right
+    fraction with a wrong scale fails, the library's own passes."""
+    report = verify.verify(op="native_dropout", max_samples=4, dtypes=(torch.float32,))
+    assert report["ok"], verify.render(report)
+    key = backend.dispatch_key()
+    handle = pn.register_op_override("triton", "aten", "native_dropout", key, lambda *a: True, _doubling_dropout,
+                                     priority=100)
+    try:
+        report = verify.verify(op="native_dropout", max_samples=4, dtypes=(torch.float32,))
+    finally:
+        handle.remove()
+    dropout = next(r for r in report["rows"] if r["op"] == "native_dropout" and r["failures"])
+    assert any("scale 2, expected" in f for f in dropout["failures"]), dropout["failures"]

@@ -13,9 +13,9 @@ import functools
 from packaging.version import Version
 
 # The target facts live below everything else in the backend; callers outside it ask the package.
-from .target import DISTRIBUTION, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
+from .target import DISTRIBUTION, DSL_NAME, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
 
-NAME = "cutedsl"
+NAME = DSL_NAME
 MODULE = "cutlass"
 MINIMUM_VERSION = Version("4.0")
 # The launch path: compiled programs are TVM-FFI functions called with torch tensors.
@@ -73,23 +73,30 @@ def opted_in() -> bool:
     They are installed either way (listed in the status report, ready for ``pn.cutedsl.enable()``);
     ``PYTHON_NATIVE_CUTEDSL=1`` enables them from the start.
     """
-    import os
+    from python_native import env
 
-    return os.environ.get("PYTHON_NATIVE_CUTEDSL", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return env.cutedsl_opted_in()
 
 
 def register_overrides() -> list:
     """Install every op of the library at the CUDA key; returns the handles."""
     from python_native import dsl_support
 
-    from .ops import all_overrides
+    from .ops import SKIPPED, all_overrides
 
-    handles = dsl_support.register_specs(NAME, "CUDA", all_overrides())
+    handles = dsl_support.register_specs(NAME, "CUDA", all_overrides(), SKIPPED)
     if handles and not opted_in():
         from python_native import controller
 
         controller.DSLController(NAME).disable()
     return handles
+
+
+def skipped_overrides() -> dict[str, str]:
+    """Ops not installed here, each with why (for the status report)."""
+    from .ops import SKIPPED
+
+    return dict(SKIPPED)
 
 
 # Last, and the only module-level import of python_native: the module is complete, so the control

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+DSL_NAME = "cutedsl"  # the name the backend registers under (``pn.cutedsl``)
 DISTRIBUTION = "nvidia-cutlass-dsl"
 # Oldest compute capability the kernels run on.
 MINIMUM_CAPABILITY = (8, 0)

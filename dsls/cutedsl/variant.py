@@ -6,15 +6,16 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-KERNELS = ("norm_forward", "norm_backward", "softmax_forward", "softmax_backward")
+KERNELS = ("norm_forward", "norm_backward", "softmax_forward", "softmax_backward", "row_reduce")
 
 
 @dataclass(frozen=True)
 class Variant:
     """One compiled program. ``flags`` are the compile-time switches of its kernel family
-    (``rms``, ``weight``, ``bias``, ``log``) and ``vec`` for 16-byte accesses."""
+    (``rms``, ``weight``, ``bias``, ``log``; ``sum``, ``mean``, ``max`` or ``min`` for
+    ``row_reduce``) and ``vec`` for 16-byte accesses."""
 
-    kernel: str  # norm_forward, norm_backward, softmax_forward, softmax_backward
+    kernel: str  # norm_forward, norm_backward, softmax_forward, softmax_backward, row_reduce
     dtype: str  # what the rows are read as
     out_dtype: str  # what the rows are written as
     threads: int

@@ -16,10 +16,12 @@ import os
 from packaging.version import Version
 
 # The target facts live below everything else in the backend; callers outside it ask the package.
-from .target import device_type, dispatch_key, interpret_mode  # noqa: F401
+from .target import DSL_NAME, device_type, dispatch_key, interpret_mode  # noqa: F401
 
-NAME = "triton"
+NAME = DSL_NAME
 MINIMUM_VERSION = Version("3.6")
+
+_installed_at: str | None = None  # the dispatch key ``register_overrides`` installed the library at
 
 
 def runtime_version() -> Version | None:
@@ -68,18 +70,36 @@ def can_register() -> bool:
 
 def register_overrides() -> list:
     """Install every op of the library at this backend's key; returns the handles."""
+    global _installed_at
     if interpret_mode():
         # Triton reads this when it is first imported, which happens at the first kernel call.
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from python_native import dsl_support
 
-    from .ops import all_overrides
+    from .ops import SKIPPED, all_overrides
 
-    return dsl_support.register_specs(NAME, dispatch_key(), all_overrides())
+    key = dispatch_key()
+    _installed_at = key
+    return dsl_support.register_specs(NAME, key, all_overrides(), SKIPPED)
+
+
+def settings_changed() -> str | None:
+    """Why the installed overrides no longer match the interpreter switch (set or unset since they
+    were installed), with what to do; None when they match."""
+    if _installed_at is None or _installed_at == dispatch_key():
+        return None
+    from python_native import env
+
+    variable = env.TRITON_INTERPRET[0]
+    return (
+        f"{variable} was {'set' if interpret_mode() else 'unset'} after the Triton overrides were installed at "
+        f"{_installed_at} (when torch imported python_native); they stay at {_installed_at}. Set {variable} "
+        f"before `import torch`: in the shell, or in os.environ before the first `import torch`"
+    )
 
 
 def skipped_overrides() -> dict[str, str]:
-    """Op families not installed here, each with why (for the status report)."""
+    """Op families (and single ops) not installed here, each with why (for the status report)."""
     from .ops import SKIPPED
 
     return dict(SKIPPED)

@@ -6,6 +6,8 @@ read these facts from here.
 
 from __future__ import annotations
 
+DSL_NAME = "triton"  # the name the backend registers under (``pn.triton``)
+
 
 def interpret_mode() -> bool:
     """Whether kernels run through Triton's CPU interpreter instead of on a GPU."""

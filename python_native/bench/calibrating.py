@@ -42,6 +42,27 @@ def _calibration_args() -> dict[str, CalibArgs]:
     def weight(x: torch.Tensor) -> torch.Tensor:
         return torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
 
+    def tokens(x: torch.Tensor, expand: bool) -> tuple:
+        # MoE combine: four token rows per output row, each added into a random output row.
+        index = torch.randint(0, x.shape[0], (4 * x.shape[0],), device=x.device)
+        source = torch.randn(4 * x.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
+        return (x, 0, index[:, None].expand(source.shape) if expand else index, source)
+
+    def as_channels(x: torch.Tensor) -> tuple:
+        """``x`` as a group norm input: N = rows, C = 32 channels in 8 groups, HW = cols / 32."""
+        rows, cols = x.shape
+        return x.reshape(rows, 32, cols // 32), rows, 32, cols // 32, 8
+
+    def gn_forward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        t, n, c, hw, g = as_channels(x)
+        return t, weight(t[0, :, 0]), weight(t[0, :, 0]), n, c, hw, g, 1e-5  # weight and bias: [C]
+
+    def gn_backward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        t, w, b, n, c, hw, g, eps = gn_forward(x, dy)
+        with _aten_only():
+            _, mean, rstd = aten.native_group_norm(t, w, b, n, c, hw, g, eps)
+        return (dy.reshape(t.shape), t, mean, rstd, w, n, c, hw, g, [True, True, True])
+
     return {
         "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
         "native_layer_norm_backward": lambda x, dy: (
@@ -61,7 +82,29 @@ def _calibration_args() -> dict[str, CalibArgs]:
         "gelu_backward": lambda x, dy: (dy, x),
         # An outer product per batch entry: the first operand has as many elements as x.
         "bmm": lambda x, dy: (x.reshape(x.shape[0], x.shape[1], 1), torch.ones_like(x[:, :16]).reshape(-1, 1, 16)),
+        # Reductions over the rows of x (the gate's width class is their length).
+        "sum.dim_IntList": lambda x, dy: (x, [-1]), "mean.dim": lambda x, dy: (x, [-1]),
+        "prod.dim_int": lambda x, dy: (x, -1), "amax": lambda x, dy: (x, [-1]), "amin": lambda x, dy: (x, [-1]),
+        "argmax": lambda x, dy: (x, -1), "argmin": lambda x, dy: (x, -1), "max.dim": lambda x, dy: (x, -1),
+        "min.dim": lambda x, dy: (x, -1),
+        # k = 64: the sorting path, the slower of the two, so a win holds for the smaller k too.
+        "topk": lambda x, dy: (x, min(64, x.shape[-1]), -1, True, True),
+        "scatter_add": lambda x, dy: tokens(x, True),
+        "scatter_add_": lambda x, dy: tokens(x, True),
+        "index_add": lambda x, dy: tokens(x, False),
+        "index_add_": lambda x, dy: tokens(x, False),
+        "native_group_norm": gn_forward,
+        "native_group_norm_backward": gn_backward,
+        "native_dropout": lambda x, dy: (x, 0.1, True),
+        "native_dropout_backward": lambda x, dy: (dy, torch.rand_like(x) >= 0.1, 1 / 0.9),
+        "bernoulli_.float": lambda x, dy: (torch.empty_like(x), 0.9),
     }
+
+
+def aten_op(symbol: str) -> Any:
+    """The overload packet's entry for ``symbol`` (``_softmax``, ``sum.dim_IntList``)."""
+    packet, _, overload = symbol.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
 
 def calibration_shapes(quick: bool) -> list[tuple[int, int]]:
@@ -175,7 +218,7 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
     rows: list[dict[str, Any]] = []
     with calibration.suspended():
         for symbol, dsls, dtype, shape in steps:
-            op = getattr(torch.ops.aten, symbol)
+            op = aten_op(symbol)
             x = torch.randn(*shape, device=device, dtype=dtype)
             args = builders[symbol](x, torch.randn_like(x))
             base: float | None = None

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 import python_native as pn
+from python_native import snapshot
 from python_native.bench.peers import competitors
 from python_native.bench.rows import OPS, Case, Inputs, Row, bytes_moved, make_inputs, torch_function
 from python_native.bench.timing import Fn, Timer, cpu_timer, gpu_timer
@@ -104,7 +105,8 @@ def parse_ops(text: str | None) -> list[str] | None:
 def pick_device(quick: bool) -> str:
     """``cuda`` when the backend runs on a GPU; ``cpu`` in interpreter mode (a warning for full shapes)."""
     if not pn.triton.available:
-        raise RuntimeError(f"triton DSL unavailable: {pn.triton.unavailable_reason}")
+        hint = snapshot.interpreter_hint()
+        raise RuntimeError(f"triton DSL unavailable: {pn.triton.unavailable_reason}" + (f"; {hint}" if hint else ""))
     from python_native_dsls.triton import device_type
 
     device = device_type()

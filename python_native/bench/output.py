@@ -44,8 +44,12 @@ def json_document(env: dict[str, Any], rows: Sequence[Row]) -> str:
     return json.dumps({"environment": env, "rows": [dataclasses.asdict(r) for r in rows]}, indent=1)
 
 
-def plot(rows: Sequence[Row], path: str) -> None:
-    """One subplot per op: speedup over aten against element count (log scale), one line per (mode, dtype)."""
+def plot(rows: Sequence[Row], path: str) -> int:
+    """One subplot per op: speedup over aten against element count (log scale), one line per (mode, dtype).
+
+    Rows where no override fired measured aten against itself: their points are drawn hollow and
+    grey, labelled "no override fired", never as speedups. Returns how many such rows there were.
+    """
     try:
         import matplotlib
 
@@ -55,6 +59,7 @@ def plot(rows: Sequence[Row], path: str) -> None:
         raise RuntimeError("--plot needs matplotlib: pip install matplotlib") from e
     ops = sorted({r.op for r in rows})
     fig, axes = plt.subplots(len(ops), 1, figsize=(9, 3.2 * len(ops)), squeeze=False)
+    unfired = 0
     for ax, op in zip(axes[:, 0], ops, strict=True):
         series: dict[str, list[Row]] = {}
         for r in rows:
@@ -63,7 +68,14 @@ def plot(rows: Sequence[Row], path: str) -> None:
         ticks: dict[int, str] = {}
         for name, points in sorted(series.items()):
             points.sort(key=lambda r: math.prod(r.shape))
-            ax.plot([math.prod(r.shape) for r in points], [r.speedup for r in points], marker="o", label=name)
+            fired = [r for r in points if r.fired]
+            if fired:
+                ax.plot([math.prod(r.shape) for r in fired], [r.speedup for r in fired], marker="o", label=name)
+            idle = [r for r in points if not r.fired]
+            if idle:
+                unfired += len(idle)
+                ax.scatter([math.prod(r.shape) for r in idle], [r.speedup for r in idle], marker="o",
+                           facecolors="none", edgecolors="grey", label=f"{name}: no override fired (aten ran)")
             for r in points:
                 ticks.setdefault(math.prod(r.shape), "x".join(map(str, r.shape)))
         ax.set_xscale("log", base=2)
@@ -77,3 +89,4 @@ def plot(rows: Sequence[Row], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return unfired

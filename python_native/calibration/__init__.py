@@ -31,6 +31,7 @@ from python_native.calibration.gates import (
     gated,
     gated_dsls,
     gates_needed,
+    has_evidence,
     is_gated,
     leave_out,
     left_out,
@@ -60,7 +61,7 @@ _verdicts = tables.verdicts  # the verdicts of a list of rows (tests build them 
 __all__ = [
     "DEFAULT_DSL", "ENV_VAR", "FORMAT", "MAX_BUCKET", "OFF", "PACKAGED_DIR", "PORTABLE", "WIDE_ROW",
     "CalibrationDriftWarning", "Verdicts", "confirm_wins", "describe", "device_key", "faster_rivals",
-    "forget_gate", "gate_override", "gated", "gated_dsls", "gates_needed", "is_gated", "leave_out", "left_out",
+    "forget_gate", "gate_override", "gated", "gated_dsls", "gates_needed", "has_evidence", "is_gated", "leave_out", "left_out",
     "load", "never_wins", "reset", "save_table", "set_device_key_fn", "size_bucket", "suspended",
     "table_filename", "validate", "width_class", "wins",
     "gates", "portable", "resolve", "sources", "store", "summary", "tables",  # the modules

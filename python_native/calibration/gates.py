@@ -179,6 +179,18 @@ def never_wins(op: str, dsl: str = tables.DEFAULT_DSL, dispatch_key: str = "CUDA
     return bool(found) and all(r.never_wins(dsl, op) for r in found)
 
 
+def has_evidence(op: str, dsl: str, dispatch_key: str = "CUDA") -> bool:
+    """Whether a table or the portable policy speaks for ``dsl``'s ``op`` on every device
+    ``dispatch_key`` serves: some GPU has timed it (what an override marked unmeasured waits for).
+    Never raises: a failure to tell counts as no evidence."""
+    try:
+        _fresh()
+        found = resolve.devices_at(dispatch_key)
+        return bool(found) and all(r.speaks_for(dsl, op) for r in found)
+    except Exception:
+        return False
+
+
 def leave_out(op: str, dsl: str, dispatch_key: str) -> str | None:
     """Why ``dsl``'s ``op`` should not be installed at ``dispatch_key`` (it never wins on any device
     there), recorded for the status report; None to install it. Never raises."""

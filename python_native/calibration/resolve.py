@@ -7,7 +7,6 @@ cond alone. State is rebuilt by ``reset()``; every lookup is cached per device k
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -86,7 +85,7 @@ def catalog() -> Catalog:
 
 def stale() -> bool:
     """Whether ``PYTHON_NATIVE_CALIBRATION`` changed since the tables were listed (then ``reset()``)."""
-    return _catalog is not None and _catalog.setting != os.environ.get(sources.ENV_VAR, "").strip()
+    return _catalog is not None and _catalog.setting != (env.calibration_path() or "")
 
 
 def evidence() -> tuple[list[portable.Evidence], list[str]]:

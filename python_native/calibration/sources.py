@@ -51,7 +51,7 @@ def user_dir() -> Path:
 
         base = Path(platformdirs.user_cache_dir("python-native", appauthor=False))
     except ImportError:
-        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        xdg = env.user_cache_base()
         base = Path(xdg or os.path.join(os.path.expanduser("~"), ".cache")) / "python-native"
     return base / "calibration"
 
@@ -179,7 +179,7 @@ class Catalog:
     """Every table this process can see, listed and parsed on demand; one per ``reset()``."""
 
     def __init__(self) -> None:
-        self.setting = os.environ.get(ENV_VAR, "").strip()
+        self.setting = env.calibration_path() or ""
         word = self.setting.lower()
         self.mode = OFF if word == OFF else PORTABLE if word == PORTABLE else "tables"
         self.user_dir = user_dir()

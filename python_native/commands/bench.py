@@ -14,7 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny shapes (what the Triton interpreter can run)")
     parser.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default: %(default)s)")
     parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
-                        "gelu_tanh, bmm_outer")
+                        "gelu_tanh, bmm_outer, group_norm, group_norm_cl, dropout, sum, sum_dim0, mean, prod, amax, "
+                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")
@@ -83,8 +84,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(bench.geometric_mean_line(rows))
     if args.plot:
-        bench.plot(rows, args.plot)
-        print(f"plot written to {args.plot}", file=sys.stderr)
+        unfired = bench.plot(rows, args.plot)
+        note = f"; {unfired} rows where no override fired drawn hollow, in grey ('aten ran')" if unfired else ""
+        print(f"plot written to {args.plot}{note}", file=sys.stderr)
+    if rows and not any(r.fired for r in rows):
+        return _fail("no override fired in any row: nothing was measured but aten (are the overrides "
+                     "installed and switched on? see python -m python_native status)")
     return 0
 
 
@@ -111,6 +116,13 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
             "log_softmax": ["_log_softmax", "_log_softmax_backward_data"],
             "silu": ["silu", "silu_backward"], "gelu": ["gelu", "gelu_backward"],
             "gelu_tanh": ["gelu", "gelu_backward"], "bmm_outer": ["bmm"],
+            "sum": ["sum.dim_IntList"], "sum_dim0": ["sum.dim_IntList"], "mean": ["mean.dim"], "prod": ["prod.dim_int"],
+            "amax": ["amax"], "amin": ["amin"], "argmax": ["argmax"], "argmin": ["argmin"], "max_dim": ["max.dim"],
+            "min_dim": ["min.dim"],
+            "topk": ["topk"], "scatter_add": ["scatter_add", "scatter_add_"], "index_add": ["index_add", "index_add_"],
+            "group_norm": ["native_group_norm", "native_group_norm_backward"],
+            "group_norm_cl": ["native_group_norm", "native_group_norm_backward"],
+            "dropout": ["native_dropout", "native_dropout_backward", "bernoulli_.float"],
         }
         ops = [symbol for op in ops for symbol in symbols[op]]
 
@@ -127,6 +139,10 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
                  f"{'x'.join(map(str, row['shape'])):>12} {row['override_ms']:10.4f} {row['aten_ms']:10.4f} "
                  f"{row['speedup']:6.2f}x {'wins' if row['wins'] else 'loses'}")
 
+    unmeasured = _unmeasured_left_out()
+    if unmeasured:
+        print(f"note: not installed here, so not calibrated: {', '.join(unmeasured)} (no GPU has timed them yet; "
+              "set PYTHON_NATIVE_UNMEASURED=1 to install and calibrate them)", file=sys.stderr)
     try:
         table = bench.calibrate(device, dtypes, args.quick, ops, args.threshold, progress)
     finally:
@@ -145,3 +161,10 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
         print("in force from now on for every process on this machine (the user's tables; "
               "`python -m python_native calibration` lists them)")
     return 0
+
+
+def _unmeasured_left_out() -> list[str]:
+    """Ops each DSL left out for want of GPU timings (``dsl_support.unmeasured_reason``)."""
+    import python_native as pn
+
+    return sorted({op for dsl in pn.status()["dsls"] for op, why in dsl["skipped"].items() if "not yet timed" in why})

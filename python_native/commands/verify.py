@@ -9,7 +9,7 @@ HELP = "check every installed override against aten (forward and backward, each 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--op", metavar="NAME", help="check only this op's override (and its backward's), e.g. _softmax")
+    parser.add_argument("--op", metavar="NAME", help="check only this op's override (and its backward's), e.g. _softmax, or sum for sum.dim_IntList")
     parser.add_argument("--max-samples", type=int, default=8, metavar="N",
                         help="at most N samples per op and dtype (default 8; 0 for no limit)")
 

@@ -2,6 +2,10 @@
 
 A twin has its aten op's schema. Under fake tensors it runs aten's meta kernel; for real it
 calls the aten op through the dispatcher, so the override router decides at run time.
+
+Twins take their aten op's name in the ``python_native`` namespace; ops the package declares there
+(``python_native.declared``) take names aten does not have, and are opaque in compiled graphs by
+themselves. Should aten ever grow a declared op's name, that op gets no twin (``not_opaque`` says why).
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from typing import Any
 
 import torch
 
+from python_native import declared
 from python_native.core.registry import REGISTRY
 
-NAMESPACE = "python_native"
+NAMESPACE = declared.NAMESPACE
 
 _lock = threading.RLock()
 _library: torch.library.Library | None = None
 _opaque: dict[Any, Any] = {}  # aten OpOverload -> python_native OpOverload
 _unsupported: dict[str, str] = {}  # aten qualified name -> why it cannot be made opaque
+_RANDOMNESS_TAGS = (torch.Tag.nondeterministic_seeded, torch.Tag.nondeterministic_bitwise)
 
 
 def _overridden_aten_ops() -> list[Any]:
@@ -55,13 +61,17 @@ def opaque_op(aten_op: Any) -> Any | None:
         schema = aten_op._schema
         name = aten_op.name().split("::", 1)[1]
         problem = _schema_problem(schema)
+        if problem is None and declared.is_declared(name.partition(".")[0]):
+            problem = f"{NAMESPACE}::{name.partition('.')[0]} is an op the package declares"
         if problem is not None:
             _unsupported[name] = problem
             return None
         if _library is None:
             _library = torch.library.Library(NAMESPACE, "FRAGMENT")
         try:
-            _library.define(str(schema).split("::", 1)[1])
+            # Random ops stay random: graph passes must not merge or reorder two calls of the twin.
+            tags = tuple(t for t in aten_op.tags if t in _RANDOMNESS_TAGS)
+            _library.define(str(schema).split("::", 1)[1], tags=tags)
             _library.impl(name, _forwarder(aten_op), "CompositeExplicitAutograd")
             torch.library.register_fake(f"{NAMESPACE}::{name}", _forwarder(aten_op), lib=_library)
         except Exception as e:  # a registration must never fail because its op cannot be made opaque

@@ -30,11 +30,10 @@ def check_pieces(dsl: Any, lib_symbol: Any, op_symbol: Any, dispatch_key: Any, c
         raise TypeError(f"priority must be an int, got {type(priority).__name__}: {priority!r}")
     if not dsl_registry.is_known(dsl):
         raise ValueError(f"unknown DSL {dsl!r}; registered DSLs: {dsl_registry.names()} (see pn.register_dsl)")
-    if lib_symbol not in schema.OVERRIDABLE_NAMESPACES:
-        raise ValueError(
-            f"lib_symbol={lib_symbol!r} is not a namespace python_native overrides; "
-            f"allowed: {list(schema.OVERRIDABLE_NAMESPACES)}"
-        )
+    # Any namespace will do: what makes an op overridable is that it exists (``signature``) and has a
+    # kernel at the key to fall back to (``slots.current_kernel``), aten's or a declared op's own.
+    if not lib_symbol.isidentifier():
+        raise ValueError(f"lib_symbol={lib_symbol!r} is not an operator namespace (e.g. 'aten', 'python_native')")
     return dsl, lib_symbol, op_symbol, dispatch_key
 
 

@@ -76,6 +76,12 @@ class OverrideHandle:
         """Take this override out of its slot; removing twice is a no-op."""
         self._registry.remove(self)
 
+    def __reduce_ex__(self, protocol: object) -> tuple:
+        raise TypeError(
+            f"cannot pickle {self.name}: an OverrideHandle is a live registration in this process's "
+            "dispatcher; pickle the cond and impl it was registered with and register them again"
+        )
+
     def __repr__(self) -> str:
         state = "removed" if self._removed else ("active" if self.active else "inactive")
         return f"<override {self.name} {self.lib}::{self.op} @ {self.dispatch_key}, {state}>"

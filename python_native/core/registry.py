@@ -173,12 +173,13 @@ class Registry:
             previous = self.ordering.swap(fn)
             try:
                 new_orders = {
-                    slot: self.ordering.ordered(slot.sig.qualified, slot.dispatch_key, slot.overrides)
+                    slot: self.ordering.ordered(slot.sig.qualified, slot.dispatch_key, slot.overrides, strict=True)
                     for slot in self.slots.values()
                 }
             except BaseException:
                 self.ordering.restore(previous)
                 raise
+            self.ordering.forget_failures()
             for slot, order in new_orders.items():
                 slot.overrides = order
                 self.refresh(slot)
@@ -214,7 +215,7 @@ class Registry:
         """A slot left with no override leaves the dispatcher, at once where no other thread can be
         calling it, else once calls have had ``RETIRE_SECONDS`` to leave (its router meanwhile only
         calls the captured kernel, and a new override of the op takes the slot back)."""
-        if len(sys._current_frames()) <= 1:
+        if not self._other_threads():
             self._uninstall_slot(slot)
             return
         self._retired[slot] = time.monotonic()
@@ -222,6 +223,13 @@ class Registry:
             self._sweeper = threading.Timer(RETIRE_SECONDS, self._sweep_retired)
             self._sweeper.daemon = True
             self._sweeper.start()
+
+    def _other_threads(self) -> set[int]:
+        """Threads besides this one that could be inside a call (the retirement timer cannot)."""
+        others = set(sys._current_frames()) - {threading.get_ident()}
+        if self._sweeper is not None and self._sweeper.ident is not None:
+            others.discard(self._sweeper.ident)
+        return others
 
     def _sweep_retired(self) -> None:
         """Uninstall the retired slots whose grace has passed and whose router no thread runs."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import epilogues, scalars, schema
+from python_native import codegen, epilogues, scalars, schema
 from python_native.core import extensions
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ def new_slot(lib: str, sig: schema.OpSignature, key: str, emit: Callable[..., No
         "_pn_fallback_event": (sig.qualified, key, None, "fallback", None),
         "_pn_numbers": _NUMBER_TYPES,
         "_pn_coerce": scalars.coerce,
+        codegen.UNAVAILABLE_GLOBAL: codegen.OverrideUnavailable,
         **epilogues.EPILOGUE_GLOBALS,
     }
     slot = Slot(lib, sig, key, namespace)

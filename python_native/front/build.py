@@ -30,14 +30,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from python_native import env
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover  (non-POSIX: no cross-process lock, writes stay atomic)
     fcntl = None  # type: ignore[assignment]
 
 SOURCE = Path(__file__).with_name("front.cpp")
-CACHE_DIR_ENV = "PYTHON_NATIVE_CACHE_DIR"
-COMPILER_ENV = "CXX"
+CACHE_DIR_ENV = env.CACHE_DIR[0]
+COMPILER_ENV = env.CXX[0]
 
 
 class BuildError(RuntimeError):
@@ -46,16 +48,16 @@ class BuildError(RuntimeError):
 
 def cache_root() -> Path:
     """``$PYTHON_NATIVE_CACHE_DIR/front``, else ``$XDG_CACHE_HOME/python-native/front`` (``~/.cache``)."""
-    override = os.environ.get(CACHE_DIR_ENV, "").strip()
+    override = env.cache_dir()
     if override:
         return Path(override).expanduser() / "front"
-    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.user_cache_base() or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "python-native" / "front"
 
 
 def compiler() -> str | None:
     """The C++ compiler a build would use (``$CXX``, else ``c++``), resolved; None when absent."""
-    name = os.environ.get(COMPILER_ENV, "").strip() or "c++"
+    name = env.cxx() or "c++"
     found = shutil.which(name)
     return os.path.realpath(found) if found else None
 

@@ -41,3 +41,12 @@ def max_error(x: torch.Tensor, truth: torch.Tensor) -> float:
     d = (x.double() - truth.double()).abs()
     d = d[torch.isfinite(x.double()) & torch.isfinite(truth.double())]
     return float(d.max()) if d.numel() else 0.0
+
+
+def max_rel_error(x: torch.Tensor, truth: torch.Tensor) -> float:
+    """``max_error`` relative to the largest finite magnitude of the float64 truth (0 when that is 0):
+    an error of 7.9 means little beside values of 4000, much beside values of 1."""
+    t = truth.double()
+    t = t[torch.isfinite(t)]
+    scale = float(t.abs().max()) if t.numel() else 0.0
+    return max_error(x, truth) / scale if scale else 0.0

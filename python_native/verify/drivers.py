@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from python_native.verify import rows
+from python_native.verify import group_norm_dropout, indexing, linear_cross_entropy, reductions, rows
 from python_native.verify.samples import Driver
 
-DRIVERS: dict[str, Driver] = {**rows.DRIVERS}
+DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **indexing.DRIVERS,
+                              **linear_cross_entropy.DRIVERS}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 import python_native as pn
-from python_native.verify.compare import max_error, mismatch
+from python_native import env, snapshot
+from python_native.verify.compare import max_error, max_rel_error, mismatch
 from python_native.verify.drivers import DRIVERS, FORWARD_OF
 from python_native.verify.samples import Sample, opinfo_problem, samples_for
 
@@ -22,11 +23,13 @@ class _Run:
     out: torch.Tensor | None
     grads: list[torch.Tensor | None]
     fired: set[str]
+    grad_out: torch.Tensor | None = None  # the gradient the output was given
 
 
 def _leaf(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A fresh leaf with ``t``'s values, sizes and strides (strided inputs stay strided)."""
-    dtype = dtype or t.dtype
+    """A fresh leaf with ``t``'s values, sizes and strides (strided inputs stay strided); ``dtype``
+    applies to floating tensors only (indices stay integers in the float64 run)."""
+    dtype = dtype if dtype is not None and t.is_floating_point() else t.dtype
     copy = torch.empty_strided(t.size(), t.stride(), dtype=dtype, device=t.device)
     return copy.copy_(t.detach()).requires_grad_(t.is_floating_point())
 
@@ -37,6 +40,7 @@ def _first_tensor(out) -> torch.Tensor:
 
 def _run(sample: Sample, dsl: str, scope, wide: bool = False, grad_seed: int = 0) -> _Run:
     leaves = [_leaf(t, torch.float64 if wide else None) for t in sample.inputs]
+    grad = None
     with scope, pn.trace() as trace:
         out = _first_tensor(sample.fn(*leaves))
         if out.requires_grad and out.numel():
@@ -44,7 +48,7 @@ def _run(sample: Sample, dsl: str, scope, wide: bool = False, grad_seed: int = 0
             grad = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.device, out.dtype)
             out.backward(grad)
     fired = {e.op for e in trace.events if e.dsl == dsl and e.outcome == "override"}
-    return _Run(out.detach(), [t.grad for t in leaves], fired)
+    return _Run(out.detach(), [t.grad for t in leaves], fired, grad)
 
 
 @dataclass
@@ -57,6 +61,8 @@ class Row:
     fired: int = 0
     max_error: float = 0.0
     max_error_aten: float = 0.0
+    max_rel_error: float = 0.0  # max_error over the largest magnitude of the float64 result
+    max_rel_error_aten: float = 0.0
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -81,10 +87,15 @@ def _check_sample(sample: Sample, op: str, dsl: str, rows: dict[str, Row]) -> No
         for row in rows.values():
             row.failures.append(f"{sample.source}: raised on input its cond accepted: {type(e).__name__}: {e}")
         return
+    check = DRIVERS[op].check
+    problems = check(sample, got, ref) if check is not None else []
     for name, row in rows.items():
         if name not in got.fired:
             continue
         row.fired += 1
+        if check is not None:  # random results: judged by structure, not values
+            row.failures += [f"{sample.source}: {p}" for p in problems]
+            continue
         pairs = [("output", got.out, ref.out, truth.out, False)] if name == op else []
         if name != op or name in DRIVERS[op].backward_ops:
             pairs += [(f"gradient {i}", g, r, t, True)
@@ -95,6 +106,8 @@ def _check_sample(sample: Sample, op: str, dsl: str, rows: dict[str, Row]) -> No
                 continue
             row.max_error = max(row.max_error, max_error(g, t))
             row.max_error_aten = max(row.max_error_aten, max_error(r, t))
+            row.max_rel_error = max(row.max_rel_error, max_rel_error(g, t))
+            row.max_rel_error_aten = max(row.max_rel_error_aten, max_rel_error(r, t))
             why = mismatch(g, r, t, what, grad=is_grad)
             if why:
                 row.failures.append(f"{sample.source}: {why}")
@@ -116,11 +129,13 @@ def _why_not_here(o) -> str | None:
 def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[torch.dtype] = DTYPES) -> dict:
     """Check the installed overrides (only ``op``'s and its backward's when given); returns the report."""
     overrides = [o for o in pn.overrides() if o.derived_from is None]
-    if op is not None:
-        overrides = [o for o in overrides if o.op == op or FORWARD_OF.get(o.op) == op]
+    if op is not None:  # a name, qualified or bare (``sum`` names ``sum.dim_IntList``), and the backward of it
+        overrides = [o for o in overrides if op in (o.op, o.op.partition(".")[0], FORWARD_OF.get(o.op))]
         if not overrides:
             installed = sorted({o.op for o in pn.overrides()})
-            raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}")
+            hint = snapshot.interpreter_hint()
+            raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}"
+                             + (f" ({hint})" if hint else ""))
     groups: dict[tuple[str, str, str], list[str]] = {}
     unchecked: list[str] = []
     skipped: dict[str, str] = {}
@@ -148,9 +163,15 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
     fired = {r.op for r in rows if r.fired}
     checked = sorted({o.op for o in overrides if o.op not in skipped and o.op not in unchecked})
     coverage = {name: name in fired for name in checked}
-    ok = all(not r.failures for r in rows) and all(coverage.values())
+    problem = None
+    if not checked:
+        hint = snapshot.interpreter_hint()
+        problem = ("nothing to check: no installed override can run on this machine"
+                   + (f"; {hint}: {env.TRITON_INTERPRET[0]}=1 python -m python_native verify" if hint else ""))
+    ok = problem is None and all(not r.failures for r in rows) and all(coverage.values())
     return {
         "ok": ok,
+        "problem": problem,
         "rows": [{**asdict(r), "status": r.status} for r in rows],
         "opinfo": opinfo_problem() or "used",
         "coverage": {"installed": len(checked), "covered": sum(coverage.values()), "ops": coverage,
@@ -159,11 +180,14 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
 
 
 def render(report: dict) -> str:
-    header = ("op", "dtype", "samples", "fired", "max err ours", "max err aten", "status")
+    header = ("op", "dtype", "samples", "fired", "max err ours", "rel", "max err aten", "rel", "status")
     lines = [[r["op"], r["dtype"], str(r["samples"]), str(r["fired"]), f"{r['max_error']:.3g}",
-              f"{r['max_error_aten']:.3g}", r["status"]] for r in report["rows"]]
+              f"{r['max_rel_error']:.2g}", f"{r['max_error_aten']:.3g}", f"{r['max_rel_error_aten']:.2g}",
+              r["status"]] for r in report["rows"]]
     widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=True)]
     out = ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
+    if not lines:
+        out = ["no override checked"]
     for r in report["rows"]:
         out += [f"  {r['op']} {r['dtype']}: {f}" for f in r["failures"][:5]]
     cov = report["coverage"]
@@ -175,7 +199,12 @@ def render(report: dict) -> str:
         out.append(f"no samples to check with (not verified): {', '.join(cov['unchecked'])}")
     if report["opinfo"] != "used":
         out.append(f"OpInfo samples unavailable ({report['opinfo']}); pip install expecttest to add them")
-    out.append("all overrides match aten" if report["ok"] else "MISMATCH: see above")
+    if report["rows"]:
+        out.append("rel: the max error over the largest magnitude of the float64 result")
+    if report.get("problem"):
+        out.append(f"FAILED: {report['problem']}")
+    else:
+        out.append("all overrides match aten" if report["ok"] else "MISMATCH: see above")
     return "\n".join(out)
 
 

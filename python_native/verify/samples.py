@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 
 @dataclass
 class Sample:
-    """One call: ``fn(*inputs)``; ``source`` names where it came from (a catalogue case or OpInfo)."""
+    """One call: ``fn(*inputs)``; ``source`` names where it came from (a catalogue case or OpInfo).
+    ``meta``: the call's keyword arguments where a check needs them (dropout's ``p``)."""
 
     source: str
     fn: Callable[..., torch.Tensor]
     inputs: Sequence[torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def rand(*shape: int, dtype: torch.dtype, device: str, scale: float = 1.0) -> torch.Tensor:
@@ -78,11 +81,17 @@ def _bmm_cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
 
 @dataclass(frozen=True)
 class Driver:
-    """How to reach an aten op from Python: its own cases and the OpInfo names whose samples hit it."""
+    """How to reach an aten op from Python: its own cases and the OpInfo names whose samples hit it.
+
+    ``check``, for ops whose results are random, judges a sample's run with the overrides
+    (``got``) and aten's (``ref``), each with ``out``, ``grads`` and ``grad_out``, by structure in
+    place of values; it returns what is wrong (empty: nothing).
+    """
 
     cases: Callable[[torch.dtype, str], Iterator[Sample]]
     opinfos: tuple[str, ...] = ()
     backward_ops: tuple[str, ...] = ()
+    check: Callable[[Sample, Any, Any], list[str]] | None = None
 
 
 def opinfo_problem() -> str | None:
@@ -110,17 +119,19 @@ def _opinfo_samples(names: Sequence[str], dtype: torch.dtype, device: str) -> It
         for s in samples:
             if not isinstance(s.input, torch.Tensor):
                 continue
-            tensors = [s.input, *[a for a in s.args if isinstance(a, torch.Tensor)]]
             args = list(s.args)
             slots = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+            named = [k for k, v in s.kwargs.items() if isinstance(v, torch.Tensor)]  # weight=, bias=, ...
+            tensors = [s.input, *[args[i] for i in slots], *[s.kwargs[k] for k in named]]
 
-            def fn(*ts, _op=info.op, _args=args, _slots=slots, _kw=s.kwargs):
-                call = list(_args)
-                for i, t in zip(_slots, ts[1:], strict=True):
+            def fn(*ts, _op=info.op, _args=args, _slots=slots, _named=named, _kw=s.kwargs):
+                call, kw = list(_args), dict(_kw)
+                for i, t in zip(_slots, ts[1:], strict=False):
                     call[i] = t
-                return _op(ts[0], *call, **_kw)
+                kw.update(zip(_named, ts[1 + len(_slots):], strict=True))
+                return _op(ts[0], *call, **kw)
 
-            yield Sample(f"OpInfo {label}", fn, tensors)
+            yield Sample(f"OpInfo {label}", fn, tensors, dict(s.kwargs))
 
 
 def samples_for(driver: Driver, dtype: torch.dtype, device: str, limit: int | None) -> list[Sample]:

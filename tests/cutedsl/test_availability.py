@@ -49,6 +49,7 @@ def test_every_family_declares_overrides_and_precompile_variants():
         "rms_norm": {"_fused_rms_norm", "_fused_rms_norm_backward"},
         "softmax": {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"},
         "layer_norm": {"native_layer_norm", "native_layer_norm_backward"},
+        "reductions": {"sum.dim_IntList", "mean.dim", "amax", "amin"},
     }
     declared = {op for op, _, _ in ops.precompile_variants()}
     assert declared == set().union(*ops_by_family.values())
@@ -56,9 +57,10 @@ def test_every_family_declares_overrides_and_precompile_variants():
 
 def test_conds_reject_what_the_kernels_do_not_take():
     """Metadata-only checks; a CPU tensor is never taken, and neither is a non-unit column stride."""
-    from python_native_dsls.cutedsl.ops import _rows, layer_norm, rms_norm, softmax
+    from python_native_dsls.cutedsl.ops import _rows, layer_norm, reductions, rms_norm, softmax
 
     x = torch.randn(4, 8)
+    assert not reductions.sum_cond(x, [-1]) and not reductions.minmax_cond(x, [1])
     assert not rms_norm.rms_norm_cond(x, [8], None, None)
     assert not softmax.softmax_cond(x, 1, False)
     assert not layer_norm.layer_norm_cond(x, [8], None, None, 1e-5)
@@ -71,3 +73,24 @@ def test_conds_reject_what_the_kernels_do_not_take():
     assert _rows.size_class(256 * 1024) == ("long", 512)
     with pytest.raises(ValueError, match="unknown size class 'huge'"):
         _rows.threads_of("huge")
+
+
+def test_reduction_conds_take_unit_stride_last_dims_only(monkeypatch):
+    """With the device check passed (meta tensors stand in for CUDA ones): one dim, the last that is
+    not of size 1, with unit stride; float dtypes; no ``dtype=`` cast; no empty or zero-dim input."""
+    from python_native_dsls.cutedsl.ops import reductions
+
+    monkeypatch.setattr(reductions, "on_cuda", lambda *tensors: True)
+    meta = torch.empty(6, 8, device="meta")
+    assert reductions.sum_cond(meta, [-1]) and reductions.sum_cond(meta[::2], [1], True)
+    assert reductions.minmax_cond(torch.empty(6, 8, 1, device="meta"), [1])
+    assert reductions.sum_cond(meta, [1], dtype=torch.float32)
+    for dim in ([0], [0, 1], None, []):
+        assert not reductions.sum_cond(meta, dim)
+    assert not reductions.minmax_cond(meta.t(), [1])  # columns strided
+    assert not reductions.sum_cond(meta.half(), [1], dtype=torch.float32)
+    assert not reductions.minmax_cond(meta.to(torch.int32), [1])
+    assert not reductions.minmax_cond(torch.empty(6, 0, device="meta"), [1])
+    assert not reductions.sum_cond(torch.empty((), device="meta"), [0])
+    assert all(not spec.measured for spec in reductions.OVERRIDES)
+    assert {op for op, _, _ in reductions.precompile_variants()} == set(reductions.KINDS)

@@ -30,6 +30,10 @@ CASES = [
     ("softmax_forward", "bfloat16", "bfloat16", 512, {"vec"}),
     ("softmax_backward", "float32", "float16", 256, set()),
     ("softmax_backward", "float32", "float32", 128, {"log"}),
+    ("row_reduce", "bfloat16", "bfloat16", 128, {"sum"}),
+    ("row_reduce", "float32", "float32", 512, {"mean", "vec"}),
+    ("row_reduce", "float16", "float16", 256, {"max", "vec"}),
+    ("row_reduce", "bfloat16", "bfloat16", 128, {"min"}),
 ]
 
 
@@ -111,6 +115,14 @@ def test_backward_kernels_have_no_vec_variant(compiler):
         compiler.compile_to_object(Variant("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
 
 
+def test_row_reduce_needs_one_reduction_flag(compiler):
+    from python_native_dsls.cutedsl.variant import Variant
+
+    for flags in ({"vec"}, {"sum", "max"}):
+        with pytest.raises(ValueError, match="row_reduce needs exactly one of the flags"):
+            compiler.compile_to_object(Variant("row_reduce", "float32", "float32", 128, frozenset(flags)), "sm_90a")
+
+
 def test_unknown_kernel_is_named(compiler):
     from python_native_dsls.cutedsl.variant import Variant
 
@@ -129,8 +141,15 @@ def test_cached_object_loads_in_a_fresh_process(tmp_path):
         fn = compiler.load_object(payload, v.symbol())
         print(cached, type(fn).__name__)
     """)
-    env = {**os.environ, "PYTHON_NATIVE_CACHE_DIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "PYTHON_NATIVE_CACHE_DIR": str(tmp_path), "CUDA_VISIBLE_DEVICES": "",
+           "TORCH_LOGS": "python_native_compile"}
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env) for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr[-3000:]
     assert [r.stdout.split()[-2:] for r in runs] == [["False", "Function"], ["True", "Function"]]
+    # Each build is a compile event: op, variant, key and seconds, through TORCH_LOGS.
+    for r, how in zip(runs, ("compiled)", "read from the kernel cache)"), strict=True):
+        events = [line for line in r.stderr.splitlines() if "python_native: cutedsl compiled" in line]
+        assert len(events) == 1, r.stderr[-3000:]
+        assert "softmax_forward for op _log_softmax (variant default) at CUDA in " in events[0], events[0]
+        assert events[0].endswith(how) and "sm_90a" in events[0], events[0]

@@ -150,6 +150,39 @@ def test_half_to_float(log):
     assert any(e.dsl == "cutedsl" and e.outcome == "override" for e in trace.events)
 
 
+REDUCE = {
+    "sum": (lambda x: x.sum(-1), "sum.dim_IntList"),
+    "mean": (lambda x: x.mean(-1, keepdim=True), "mean.dim"),
+    "amax": (lambda x: x.amax(-1), "amax"),
+    "amin": (lambda x: torch.amin(x, -1), "amin"),
+}
+
+
+@pytest.mark.parametrize("name", REDUCE)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(4, 33), (2, 5, 128), (64, 300), (3, 5000), (2, 128256)])
+def test_row_reductions(name, dtype, shape):
+    fn, op = REDUCE[name]
+    compare(fn, [make(*shape, dtype=dtype, scale=3.0)], [op])
+    compare(fn, [make(8, 90, dtype=dtype)[:, 5:70]], [op])  # rows of a wider buffer
+
+
+@pytest.mark.parametrize("name", ["amax", "amin"])
+def test_row_reductions_propagate_nan_like_aten(name):
+    fn, op = REDUCE[name]
+    x = make(5, 3000)
+    x[0, 1234] = float("nan")
+    x[1] = float("nan")
+    x[2] = float("-inf")
+    x[3, ::2] = float("inf")
+    with pn.trace() as trace, pn.triton.disabled():
+        got = fn(x)
+    with pn.cutedsl.disabled(), pn.triton.disabled():
+        ref = fn(x)
+    assert any(e.op == op and e.dsl == "cutedsl" and e.outcome == "override" for e in trace.events)
+    torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
+
+
 def test_transposed_input_falls_back():
     x = make(64, 48).t()
     with pn.trace() as trace, pn.triton.disabled():

@@ -115,3 +115,70 @@ def test_key_fields_change_the_entry(tmp_path):
     assert source_fingerprint(a) != before
     assert KEY.file_name() != OTHER.file_name()
     assert KEY.file_name() == EntryKey(dict(reversed(list(KEY.fields.items())))).file_name()
+
+
+# ----- hostile entries and unusable folders -----
+
+
+def _load_within(cache: KernelCache, key: EntryKey, seconds: float = 20.0):
+    """``cache.load(key)`` in a thread: a load that blocks (on a FIFO, say) fails the test instead of hanging it."""
+    import threading
+
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(cache.load(key)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "load blocked"
+    return result[0]
+
+
+@pytest.mark.parametrize("what", ["folder", "fifo", "device-link", "deep-json", "huge-header"])
+def test_hostile_entry_is_never_read_and_the_kernel_still_builds(tmp_path, what):
+    cache = KernelCache(tmp_path)
+    path = cache.path(KEY)
+    if what == "folder":
+        path.mkdir()
+    elif what == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("needs os.mkfifo")
+        os.mkfifo(path)
+    elif what == "device-link":
+        os.symlink("/dev/zero", path)  # an endless read, were it read
+    elif what == "deep-json":
+        path.write_bytes(MAGIC + b"[" * 50_000 + b"\n" + PAYLOAD)
+    else:
+        path.write_bytes(MAGIC + b" " * (2 << 16) + b"\n" + PAYLOAD)
+    assert _load_within(cache, KEY) is None
+    assert os.path.exists("/dev/zero")
+    if what == "folder":  # a folder stays where it is: the kernel is built, not stored, and that is said
+        from python_native import faults
+
+        with pytest.warns(UserWarning, match="kernel cache: the entry .* cannot be written"):
+            assert cache.get_or_build(KEY, lambda: PAYLOAD) == (PAYLOAD, False)
+        faults.resolve("kernel cache")
+        return
+    assert cache.get_or_build(KEY, lambda: PAYLOAD) == (PAYLOAD, False)
+    assert cache.load(KEY) == PAYLOAD
+
+
+@pytest.mark.parametrize("how", ["root-is-a-file", "lock-is-a-folder"])
+def test_unusable_cache_folder_costs_the_cache_only(tmp_path, how):
+    from python_native import faults
+
+    if how == "root-is-a-file":
+        (tmp_path / "root").write_text("")
+        cache = KernelCache(tmp_path / "root" / "kernels")
+    else:
+        cache = KernelCache(tmp_path)
+        (tmp_path / (KEY.file_name() + ".lock")).mkdir()
+    try:
+        with pytest.warns(UserWarning, match="kernel cache: the folder .* cannot be used"):
+            assert cache.get_or_build(KEY, lambda: PAYLOAD) == (PAYLOAD, False)
+        assert "compiled without caching" in " ".join(p["fix"] for p in faults.current())
+        import python_native as pn
+
+        assert "kernel cache" in {p["source"] for p in pn.status()["problems"]}
+        with pytest.raises(ValueError, match="a real build error"):  # a build's own error is never swallowed
+            cache.get_or_build(OTHER, lambda: (_ for _ in ()).throw(ValueError("a real build error")))
+    finally:
+        faults.resolve("kernel cache")

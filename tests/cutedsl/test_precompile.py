@@ -43,10 +43,36 @@ def test_second_run_reuses_every_entry(tmp_path):
 @requires_cutlass
 def test_filters_that_match_nothing_fail_clearly(tmp_path):
     r = _precompile(tmp_path, "--op", "not_an_op")
-    assert r.returncode == 1 and "no specialization matches" in r.stdout
+    assert r.returncode == 2 and "--op 'not_an_op' unknown" in r.stderr and "allowed: " in r.stderr
 
 
 @pytest.mark.skipif(INSTALLED, reason="CuTe DSL is installed")
 def test_without_cutlass_it_says_what_to_install(tmp_path):
     r = _precompile(tmp_path, "--dsl", "cutedsl")
     assert r.returncode == 1 and "nvidia-cutlass-dsl not installed" in r.stdout
+
+
+@requires_cutlass
+@pytest.mark.parametrize(
+    ("args", "named", "allowed"),
+    [(["--arch", "sm_999"], "--arch 'sm_999'", "sm_90a"), (["--arch", "sm90a"], "did you mean sm_90, sm_90a", "sm_80"),
+     (["--op", "bmm"], "--op 'bmm'", "_softmax_backward_data"), (["--dtype", "fp16"], "--dtype 'fp16'", "bfloat16"),
+     (["--size-class", "huge"], "--size-class 'huge'", "short, medium, long")],
+    ids=["arch", "arch-typo", "op", "dtype", "size-class"],
+)
+def test_bad_options_are_answered_in_one_line_before_compiling(tmp_path, args, named, allowed):
+    proc = _precompile(tmp_path, *args)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    assert named in proc.stderr and "allowed: " in proc.stderr and allowed in proc.stderr
+    assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())  # nothing compiled
+
+
+@requires_cutlass
+def test_progress_counts_kernels_with_an_eta(tmp_path):
+    proc = _precompile(tmp_path, "--dsl", "cutedsl", "--op", "_softmax", "--dtype", "float32", "--size-class", "short")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [line[:5] for line in lines[:2]] == ["[1/2 ", "[2/2 "]
+    assert all(" ETA " in line and "_softmax" in line for line in lines[:2])
+    assert lines[-1].startswith("2 compiled, 0 reused")

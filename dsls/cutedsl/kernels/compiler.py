@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 import threading
 import time
@@ -27,21 +28,25 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
+from python_native import env, logs
 from python_native.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.speckey import SpecializationCache
 
 from ..target import runtime_version
 from ..variant import Variant
-from . import norm, softmax
+from . import norm, reduce, softmax
 
 # Every source a binary is built from: the kernels, this compiler, and the variant that names it.
 _BACKEND_DIR = Path(__file__).parent.parent
 SOURCES = [
     _BACKEND_DIR / name
-    for name in ("kernels/_blocks.py", "kernels/norm.py", "kernels/softmax.py", "kernels/compiler.py", "variant.py")
+    for name in (
+        "kernels/_blocks.py", "kernels/norm.py", "kernels/reduce.py", "kernels/softmax.py", "kernels/compiler.py",
+        "variant.py",
+    )
 ]
 
-VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward"})
+VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward", "row_reduce"})
 DTYPES = {"float32": cutlass.Float32, "float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 
@@ -82,10 +87,25 @@ def _program(v: Variant) -> tuple[Any, tuple]:
     elif v.kernel == "softmax_backward":
         fn = softmax.backward_program(v.threads, "log" in f)
         args = (_rows(x), _rows(x), _rows(out), stream)
+    elif v.kernel == "row_reduce":
+        kinds = [k for k in reduce.KINDS if k in f]
+        if len(kinds) != 1:
+            raise ValueError(f"row_reduce needs exactly one of the flags {list(reduce.KINDS)}, got {sorted(f)}")
+        fn = reduce.program(v.threads, vec, kinds[0])
+        args = (_rows(x, vec), _vector(out), stream)
     else:
         raise ValueError(f"unknown CuTe DSL kernel {v.kernel!r}; expected one of norm_forward, norm_backward, "
-                         "softmax_forward, softmax_backward")
+                         "softmax_forward, softmax_backward, row_reduce")
     return fn, args
+
+
+def known_archs() -> list[str]:
+    """The ``--gpu-arch`` values this CuTe DSL release compiles for (``sm_80`` ... ``sm_90a`` ...)."""
+    try:
+        from cutlass.base_dsl.enums import Arch
+    except ImportError:  # another release: the compiler itself checks the value
+        return []
+    return [arch.name for arch in Arch]
 
 
 def compile_to_object(v: Variant, arch: str) -> bytes:
@@ -116,11 +136,30 @@ def entry_key(v: Variant, arch: str) -> EntryKey:
 
 
 def build(v: Variant, arch: str, cache: KernelCache | None = None) -> tuple[bytes, bool, float]:
-    """``(object, cached, milliseconds)``: from the disk cache, or compiled and stored there."""
+    """``(object, cached, milliseconds)``: from the disk cache, or compiled and stored there.
+
+    Each build is a compile event (``TORCH_LOGS=python_native_compile``), cache hits included."""
     cache = cache if cache is not None else KernelCache()
     start = time.perf_counter()
     payload, cached = cache.get_or_build(entry_key(v, arch), lambda: compile_to_object(v, arch))
-    return payload, cached, (time.perf_counter() - start) * 1e3
+    seconds = time.perf_counter() - start
+    if logs.compile_logging():
+        flags = "+".join(sorted(v.flags)) or "no flags"
+        logs.kernel_compiled("cutedsl", op_of(v), "CUDA", seconds, v.kernel,
+                             detail=f"{arch}, {v.dtype} -> {v.out_dtype}, {v.threads} threads, {flags}, "
+                                    + ("read from the kernel cache" if cached else "compiled"))
+    return payload, cached, seconds * 1e3
+
+
+def op_of(v: Variant) -> str:
+    """The aten op a variant's program serves (its kernel family and flags say which)."""
+    rms, log = "rms" in v.flags, "log" in v.flags
+    return {
+        "norm_forward": "_fused_rms_norm" if rms else "native_layer_norm",
+        "norm_backward": "_fused_rms_norm_backward" if rms else "native_layer_norm_backward",
+        "softmax_forward": "_log_softmax" if log else "_softmax",
+        "softmax_backward": "_log_softmax_backward_data" if log else "_softmax_backward_data",
+    }.get(v.kernel, v.kernel)
 
 
 _loaded_modules: list[Any] = []  # loaded code must outlive every function taken from it
@@ -138,11 +177,19 @@ def load_object(payload: bytes, symbol: str) -> Any:
     return fn
 
 
+_ARCH = re.compile(r"sm_\d{2,3}[af]?")
+
+
 def device_arch(index: int | None = None) -> str:
     """The ``--gpu-arch`` of a CUDA device: ``sm_90a`` on an H100 (arch-specific features on)."""
-    override = os.environ.get("CUTE_DSL_ARCH", "").strip()
+    override = env.cute_dsl_arch()
     if override:
-        return override
+        if _ARCH.fullmatch(override):
+            return override
+        from python_native import faults
+
+        faults.report("CUTE_DSL_ARCH", f"{override!r} is not a GPU architecture",
+                      "use the form sm_90a (sm_<major><minor>, optionally a or f); the device's own is used")
     import torch
 
     major, minor = torch.cuda.get_device_capability(index)

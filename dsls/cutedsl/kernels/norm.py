@@ -46,6 +46,7 @@ def forward_program(threads: int, vec: int, rms: bool, has_weight: bool, has_bia
             for c in cutlass.range(tid, n_chunks, threads):
                 acc = acc + load_f32(xr[None, c], xf).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
             mu = block_sum(acc, slots, threads) / n
+            mu = mu + (mu - mu)  # a row holding +-inf has no mean (aten's is NaN); finite means keep
         sq = Float32(0.0)
         for c in cutlass.range(tid, n_chunks, threads):
             d = load_f32(xr[None, c], xf) - mu

@@ -23,8 +23,9 @@ from python_native_dsls.layout import (
     reduced_rows,
     stat_shape,
 )
+from python_native_dsls.spec import runtime_import
 
-from ..target import MINIMUM_CAPABILITY
+from ..target import DSL_NAME, MINIMUM_CAPABILITY
 from ..variant import Variant
 
 __all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows", "stat_shape"]
@@ -107,7 +108,8 @@ def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.
 
 @functools.cache
 def _arch(index: int | None) -> str:
-    from python_native_dsls.cutedsl.kernels.compiler import device_arch
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.cutedsl.kernels.compiler import device_arch
 
     return device_arch(index)
 
@@ -150,7 +152,8 @@ def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: in
     key = (kernel, dtype, out_dtype, threads, flags, like.device.index)
     fn = _launchers.get(key)
     if fn is None:
-        from python_native_dsls.cutedsl.kernels.compiler import function
+        with runtime_import(DSL_NAME):
+            from python_native_dsls.cutedsl.kernels.compiler import function
 
         v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
         fn = _launchers[key] = function(v, arch(like))

@@ -136,8 +136,9 @@ def layer_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec("native_layer_norm", layer_norm_cond, layer_norm_impl),
-    OverrideSpec("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl),
+    OverrideSpec("native_layer_norm", layer_norm_cond, layer_norm_impl, public_name="layer_norm"),
+    OverrideSpec("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl,
+                 public_name="layer_norm", backward=True),
 ]
 
 

@@ -108,8 +108,9 @@ def rms_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec("_fused_rms_norm", rms_norm_cond, rms_norm_impl),
-    OverrideSpec("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl),
+    OverrideSpec("_fused_rms_norm", rms_norm_cond, rms_norm_impl, public_name="rms_norm"),
+    OverrideSpec("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl,
+                 public_name="rms_norm", backward=True),
 ]
 
 

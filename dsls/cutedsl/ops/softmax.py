@@ -81,10 +81,12 @@ def log_softmax_backward_impl(grad_output: Tensor, output: Tensor, dim: int, inp
 
 
 OVERRIDES = [
-    OverrideSpec("_softmax", softmax_cond, softmax_impl),
-    OverrideSpec("_log_softmax", softmax_cond, log_softmax_impl),
-    OverrideSpec("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl),
-    OverrideSpec("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl),
+    OverrideSpec("_softmax", softmax_cond, softmax_impl, public_name="softmax"),
+    OverrideSpec("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax"),
+    OverrideSpec("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl,
+                 public_name="softmax", backward=True),
+    OverrideSpec("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl,
+                 public_name="log_softmax", backward=True),
 ]
 
 

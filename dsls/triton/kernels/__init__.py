@@ -6,12 +6,14 @@ registering the library never pays for importing triton.
 
 import os as _os
 
+from python_native import env as _env
+
 from ..target import interpret_mode as _interpret_mode
 
 # ``PYTHON_NATIVE_TRITON_INTERPRET=1`` puts the overrides at the CPU key; the kernels decorated
 # below must then be Triton's interpreted functions too, even where ``TRITON_INTERPRET`` says
 # otherwise (Triton reads it when each ``@triton.jit`` runs, i.e. when these modules import).
-if _interpret_mode() and _os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("", "0", "false", "no", "off"):
+if _interpret_mode() and not _env.triton_runtime_interprets():
     _os.environ["TRITON_INTERPRET"] = "1"
 
 

@@ -66,8 +66,8 @@ def _act_bwd_kernel(DY, X, DX, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(DX + offs, cast_out(dy * d, DX.dtype.element_ty), mask=ok)
 
 
-_FWD = Launcher(_act_fwd_kernel, ("ACT", "BLOCK"), fresh=("Y",))
-_BWD = Launcher(_act_bwd_kernel, ("ACT", "BLOCK"), fresh=("DX",))
+_FWD = Launcher(_act_fwd_kernel, ("ACT", "BLOCK"), fresh=("Y",), op="silu, gelu")
+_BWD = Launcher(_act_bwd_kernel, ("ACT", "BLOCK"), fresh=("DX",), op="silu_backward, gelu_backward")
 
 
 def run_forward(x: torch.Tensor, plan: ElementwisePlan) -> torch.Tensor:

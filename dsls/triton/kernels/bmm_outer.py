@@ -36,7 +36,7 @@ def _outer_kernel(
     tl.store(OUT + offs, cast_out(out, OUT.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-_OUTER = Launcher(_outer_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("OUT",))
+_OUTER = Launcher(_outer_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("OUT",), op="bmm")
 
 
 def run_outer(a: torch.Tensor, c: torch.Tensor, plan: OuterPlan) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -24,7 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..target import interpret_mode
+from python_native import logs
+
+from ..target import dispatch_key, interpret_mode
 
 # Triton's interpreter truncates fp32 -> bf16 where GPUs round to nearest even; under the
 # interpreter the kernels round explicitly so that results match what a GPU produces.
@@ -166,10 +169,12 @@ class Launcher:
     arguments in declaration order, the first of them a tensor on the launch device; the
     constexpr values follow in ``constexprs`` order. ``fresh`` names the pointer parameters every
     caller passes a tensor it has just allocated (an output): the allocator aligns those, so a
-    planned launch does not check their alignment again.
+    planned launch does not check their alignment again. ``op`` names the op(s) the kernel serves,
+    for compile events (``TORCH_LOGS=python_native_compile``): the first launch of each variant
+    (constexprs and warps, per device) is its compile, timed and logged.
     """
 
-    def __init__(self, kernel: Any, constexprs: Sequence[str], fresh: Sequence[str] = ()) -> None:
+    def __init__(self, kernel: Any, constexprs: Sequence[str], fresh: Sequence[str] = (), op: str | None = None) -> None:
         self.kernel = kernel
         self.constexprs = tuple(constexprs)
         self._params = _declared_params(kernel)
@@ -179,6 +184,8 @@ class Launcher:
             raise ValueError(f"fresh={list(fresh)!r}: {unknown} are not parameters of the kernel ({names})")
         self._fresh = frozenset(names.index(name) for name in fresh)
         self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
+        self.op = op or self.name
+        self._launched: set[tuple] = set()  # variants launched once (compiled), for compile events
         self._compiled: dict[tuple, Any] = {}
         # plan -> (device, launch, prefix, positions of the tensors whose alignment each call checks)
         self._planned: dict[Any, tuple] = {}
@@ -204,7 +211,7 @@ class Launcher:
             return
         if _INTERPRET:
             with _INTERPRETER_LOCK:
-                self._launch(grid, args, num_warps, constexprs)
+                self._noted_launch(-1, grid, args, num_warps, constexprs)
             return
         device = _cuda_device_of(args)
         if device == _NOT_CUDA:  # not a CUDA tensor: Triton's own path reports it
@@ -213,17 +220,17 @@ class Launcher:
         if device != _current_device():
             # Triton launches on the current device; switch only when the tensor is elsewhere.
             with torch.cuda.device(device):
-                self._launch(grid, args, num_warps, constexprs)
+                self._noted_launch(device, grid, args, num_warps, constexprs)
             return
         if not self._fast:
-            self._launch(grid, args, num_warps, constexprs)
+            self._noted_launch(device, grid, args, num_warps, constexprs)
             return
         key = (device, constexprs, num_warps, _spec_key(args))
         bound = self._compiled.get(key)
         if bound is not None and self._hooks_idle():
             self._launch_bound(bound[0], bound[1], device, grid, args, num_warps, constexprs)
             return
-        compiled = self._launch(grid, args, num_warps, constexprs)
+        compiled = self._noted_launch(device, grid, args, num_warps, constexprs)
         if _compiled_usable(compiled):
             if len(self._compiled) >= _MAX_VARIANTS:
                 self._compiled.clear()
@@ -325,6 +332,23 @@ class Launcher:
         return (enter is None or not getattr(enter, "calls", True)) and (
             leave is None or not getattr(leave, "calls", True)
         )
+
+    def _noted_launch(self, device: int, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
+        """``_launch``; the first launch of a variant on a device is its compile: timed and logged."""
+        variant = (device, constexprs, num_warps)
+        if variant in self._launched:
+            return self._launch(grid, args, num_warps, constexprs)
+        start = time.perf_counter()
+        compiled = self._launch(grid, args, num_warps, constexprs)
+        if len(self._launched) >= _MAX_VARIANTS:
+            self._launched.clear()
+        self._launched.add(variant)
+        if logs.compile_logging():
+            seconds = time.perf_counter() - start
+            detail = ", ".join(f"{k}={v}" for k, v in zip(self.constexprs, constexprs, strict=True))
+            detail += f", num_warps={num_warps}" + (", interpreted" if _INTERPRET else "")
+            logs.kernel_compiled("triton", self.op, dispatch_key(), seconds, self.name, detail=detail)
+        return compiled
 
     def _launch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
         """Triton's own launch path; returns what it returns (the compiled kernel on GPU)."""

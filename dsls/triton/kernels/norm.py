@@ -38,6 +38,8 @@ def _norm_fwd_kernel(
         xc = x
     else:
         mean = tl.sum(x, axis=1) / n_cols
+        # A row holding +-inf has no mean (aten's is NaN): inf - inf makes it so, finite means keep.
+        mean = mean + (mean - mean)
         xc = tl.where(mask, x - mean[:, None], 0.0)
         tl.store(MEAN + rows, cast_out(mean, MEAN.dtype.element_ty), mask=row_ok)
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
@@ -51,7 +53,8 @@ def _norm_fwd_kernel(
     tl.store(Y + rows[:, None] * n_cols + cols[None, :], cast_out(y, Y.dtype.element_ty), mask=mask)
 
 
-_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"), fresh=("Y", "MEAN", "RSTD"))
+_FWD = Launcher(_norm_fwd_kernel, ("IS_RMS", "HAS_W", "HAS_B", "BLOCK_M", "BLOCK_N"), fresh=("Y", "MEAN", "RSTD"),
+               op="native_layer_norm, _fused_rms_norm")
 
 
 def run_forward(

@@ -187,10 +187,11 @@ def _column_sum_kernel(PART, OUT, n_parts, part_stride, n_cols, col_offset, BLOC
 
 
 _FLAGS = ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_N")
-_ROWS = Launcher(_norm_bwd_rows_kernel, _FLAGS)
-_ROW_SUMS = Launcher(_norm_bwd_row_sums_kernel, ("IS_RMS", "HAS_W", "BLOCK_M", "BLOCK_N"))
-_COLS = Launcher(_norm_bwd_cols_kernel, _FLAGS)
-_COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("PART", "OUT"))
+_OP = "native_layer_norm_backward, _fused_rms_norm_backward"
+_ROWS = Launcher(_norm_bwd_rows_kernel, _FLAGS, op=_OP)
+_ROW_SUMS = Launcher(_norm_bwd_row_sums_kernel, ("IS_RMS", "HAS_W", "BLOCK_M", "BLOCK_N"), op=_OP)
+_COLS = Launcher(_norm_bwd_cols_kernel, _FLAGS, op=_OP)
+_COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("PART", "OUT"), op=_OP)
 
 
 def _split_rows(n_rows: int, block_m: int, programs: int) -> tuple[int, int]:

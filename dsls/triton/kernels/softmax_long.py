@@ -193,12 +193,13 @@ def _softmax_slice_grad_kernel(
         tl.store(DX + row * n_cols + cols, cast_out(dx, DX.dtype.element_ty), mask=col_ok)
 
 
-_STATS = Launcher(_softmax_slice_stats_kernel, ("BLOCK_N",))
-_WRITE = Launcher(_softmax_slice_write_kernel, ("LOG", "BLOCK_S", "BLOCK_N"))
-_DOT = Launcher(_softmax_slice_dot_kernel, ("LOG", "BLOCK_N"))
-_GRAD = Launcher(_softmax_slice_grad_kernel, ("LOG", "BLOCK_S", "BLOCK_N"))
-_FWD_LOOPED = Launcher(_softmax_fwd_looped_kernel, ("LOG", "BLOCK_N"))
-_BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"))
+_FWD_OP, _BWD_OP = "_softmax, _log_softmax", "_softmax_backward_data, _log_softmax_backward_data"
+_STATS = Launcher(_softmax_slice_stats_kernel, ("BLOCK_N",), op=_FWD_OP)
+_WRITE = Launcher(_softmax_slice_write_kernel, ("LOG", "BLOCK_S", "BLOCK_N"), op=_FWD_OP)
+_DOT = Launcher(_softmax_slice_dot_kernel, ("LOG", "BLOCK_N"), op=_BWD_OP)
+_GRAD = Launcher(_softmax_slice_grad_kernel, ("LOG", "BLOCK_S", "BLOCK_N"), op=_BWD_OP)
+_FWD_LOOPED = Launcher(_softmax_fwd_looped_kernel, ("LOG", "BLOCK_N"), op=_FWD_OP)
+_BWD_LOOPED = Launcher(_softmax_bwd_looped_kernel, ("LOG", "BLOCK_N"), op=_BWD_OP)
 
 
 def _slices(n: int, dtype: torch.dtype) -> tuple[int, int, int]:

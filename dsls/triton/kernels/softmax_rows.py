@@ -56,5 +56,6 @@ def _softmax_bwd_kernel(
     tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
 
 
-FWD = Launcher(_softmax_fwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"), fresh=("Y",))
-BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"), fresh=("DX",))
+FWD = Launcher(_softmax_fwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"), fresh=("Y",), op="_softmax, _log_softmax")
+BWD = Launcher(_softmax_bwd_kernel, ("LOG", "BLOCK_M", "BLOCK_N"), fresh=("DX",),
+             op="_softmax_backward_data, _log_softmax_backward_data")

@@ -47,6 +47,9 @@ SOFTMAX_SINGLE_MAX = 32768
 SOFTMAX_SLICE = 16384
 # Most slices a split row may have (the merge holds them in one vector); wider rows stream.
 SOFTMAX_MAX_SLICES = 1024
+# Columns per step of the cross-entropy row kernels (each program streams a vocabulary row in steps
+# of this many logits; 16 per thread at 8 warps).
+CROSS_ENTROPY_BLOCK = 4096
 # Persistent programs per SM for the norm backward.
 PROGRAMS_PER_SM = 2
 # Persistent programs when not on a GPU (the interpreter): a few, so partial sums are exercised.

@@ -13,10 +13,11 @@ import torch
 
 from python_native.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import FLOAT_DTYPES
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.spec import OverrideSpec, runtime_import
 
 from ..plans.elementwise import ElementwisePlan, plan_elementwise
 from ..plans.layout import dense_like, fits_index, on_backend
+from ..target import DSL_NAME
 
 Tensor = torch.Tensor
 
@@ -27,7 +28,8 @@ _SILU = 0
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import activations
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import activations
 
     return activations
 
@@ -124,8 +126,8 @@ def gelu_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("silu", silu_cond, silu_impl),
-    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl),
-    OverrideSpec.planned("gelu", gelu_cond, gelu_impl),
-    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl),
+    OverrideSpec.planned("silu", silu_cond, silu_impl, public_name="silu"),
+    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl, public_name="silu", backward=True),
+    OverrideSpec.planned("gelu", gelu_cond, gelu_impl, public_name="gelu"),
+    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl, public_name="gelu", backward=True),
 ]

@@ -9,10 +9,11 @@ import torch
 
 from python_native.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import float_dtype
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.spec import OverrideSpec, runtime_import
 
 from ..plans.layout import MAX_INDEX, on_backend
 from ..plans.outer import OuterPlan, plan_outer
+from ..target import DSL_NAME
 
 Tensor = torch.Tensor
 
@@ -46,7 +47,8 @@ def outer_plan(self: Tensor, mat2: Tensor) -> OuterPlan | None:
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import bmm_outer
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import bmm_outer
 
     return bmm_outer
 
@@ -61,4 +63,4 @@ def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tenso
     return _kernels().run_outer(self, mat2, plan)
 
 
-OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl)]
+OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl, public_name="bmm")]

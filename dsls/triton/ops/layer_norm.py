@@ -9,10 +9,11 @@ from types import ModuleType
 import torch
 
 from python_native_dsls.layout import Rows, as_rows, param_ok
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.spec import OverrideSpec, runtime_import
 
 from ..plans.layout import MAX_NORM_BWD_COLS, on_backend, row_fits, stats_ok
 from ..plans.rows import NormPlan, norm_plan
+from ..target import DSL_NAME
 
 Tensor = torch.Tensor
 
@@ -20,7 +21,8 @@ Tensor = torch.Tensor
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import norm
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import norm
 
     return norm
 
@@ -104,6 +106,7 @@ def layer_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl),
-    OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl),
+    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl, public_name="layer_norm"),
+    OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl,
+                          public_name="layer_norm", backward=True),
 ]

@@ -17,10 +17,11 @@ from types import ModuleType
 import torch
 
 from python_native_dsls.layout import Rows, as_rows, param_ok
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.spec import OverrideSpec, runtime_import
 
 from ..plans.layout import MAX_NORM_BWD_COLS, on_backend, row_fits, stats_ok
 from ..plans.rows import NormPlan, norm_plan
+from ..target import DSL_NAME
 
 Tensor = torch.Tensor
 
@@ -31,7 +32,8 @@ DEFAULT_EPS = torch.finfo(torch.float32).eps
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import norm
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import norm
 
     return norm
 
@@ -97,6 +99,7 @@ def rms_norm_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("_fused_rms_norm", rms_norm_cond, rms_norm_impl),
-    OverrideSpec.planned("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl),
+    OverrideSpec.planned("_fused_rms_norm", rms_norm_cond, rms_norm_impl, public_name="rms_norm"),
+    OverrideSpec.planned("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl,
+                          public_name="rms_norm", backward=True),
 ]

@@ -14,10 +14,11 @@ import torch
 
 from python_native.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import float_dtype, reduced_rows
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.spec import OverrideSpec, runtime_import
 
 from ..plans.layout import on_backend, row_fits
 from ..plans.rows import RowPlan, row_plan
+from ..target import DSL_NAME
 
 Tensor = torch.Tensor
 
@@ -25,7 +26,8 @@ Tensor = torch.Tensor
 @functools.cache
 def _kernels() -> ModuleType:
     """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import softmax
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import softmax
 
     return softmax
 
@@ -135,8 +137,10 @@ def log_softmax_backward_impl(
 
 
 OVERRIDES = [
-    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl),
-    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl),
-    OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl),
-    OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl),
+    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax"),
+    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax"),
+    OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl,
+                          public_name="softmax", backward=True),
+    OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl,
+                          public_name="log_softmax", backward=True),
 ]

@@ -1,0 +1,140 @@
+"""Operators outside aten, declared in the ``python_native`` namespace, that overrides attach to.
+
+aten has no operator for some fusions a DSL kernel can do (a linear layer and its cross-entropy
+loss, whose logits are never materialised). ``declare`` defines one through ``torch.library``:
+
+- its schema;
+- a *reference* implementation in plain torch, registered at ``CompositeExplicitAutograd``: it
+  fills every backend key, so it is the kernel a call runs when no override fires, and the one an
+  override falls back to (the dispatch core captures it like any aten kernel);
+- a *fake* kernel, for FakeTensors (``torch.compile``, ``torch.export``): shapes and dtypes only;
+- optionally autograd (``backward`` and ``setup_context``, as ``torch.library.register_autograd``
+  takes them), or instead a *composite* body (``CompositeImplicitAutograd``: a thin op that calls
+  others, differentiated through them).
+
+Overrides then register at a backend key exactly as for an aten op, with
+``lib_symbol="python_native"``, and shadow the reference there; switches, scopes, traces,
+calibration, checked mode and compile modes apply unchanged.
+
+Names: ``pn.compile_mode = "keep"`` defines opaque twins of overridden aten ops in the same
+namespace under the aten ops' own names (``python_native::_softmax``). A declared op therefore
+takes a name no aten op has, and a twin whose name a declared op holds is never defined.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+NAMESPACE = "python_native"
+
+log = logging.getLogger("python_native")
+
+
+@dataclass(frozen=True)
+class DeclaredOp:
+    """One declared overload, for the status report."""
+
+    name: str  # qualified: "linear_cross_entropy" or "linear_cross_entropy.forward"
+    schema: str
+    kind: str  # "reference" (a kernel of its own) or "composite" (calls other ops)
+    autograd: bool
+    doc: str
+
+    @property
+    def packet(self) -> str:
+        return self.name.partition(".")[0]
+
+
+_lock = threading.Lock()
+_declared: dict[str, DeclaredOp] = {}
+_libraries: list[torch.library.Library] = []  # kept alive: destroying one takes its op out
+
+
+def _qualified_name(schema: str) -> str:
+    head = schema.partition("(")[0].strip()
+    packet, _, overload = head.partition(".")
+    if not packet.isidentifier() or (overload and not overload.isidentifier()) or overload == "default":
+        raise ValueError(f"schema {schema!r}: the op name must be 'name' or 'name.overload' (identifiers)")
+    return head
+
+
+def declare(
+    schema: str,
+    *,
+    reference: Callable[..., Any] | None = None,
+    fake: Callable[..., Any] | None = None,
+    composite: Callable[..., Any] | None = None,
+    backward: Callable[..., Any] | None = None,
+    setup_context: Callable[..., Any] | None = None,
+    doc: str = "",
+) -> torch._ops.OpOverload:
+    """Define ``python_native::<schema>`` and return its ``OpOverload``.
+
+    Give either ``reference`` (with ``fake``, and optionally ``backward`` with ``setup_context``)
+    or ``composite``. Raises ``ValueError`` for a name aten has or that is declared already.
+    """
+    name = _qualified_name(schema)
+    packet = name.partition(".")[0]
+    if (reference is None) == (composite is None):
+        raise ValueError(f"{NAMESPACE}::{name}: give either reference= (a kernel) or composite= (a body), not both")
+    if reference is not None and fake is None:
+        raise ValueError(f"{NAMESPACE}::{name}: a reference kernel needs fake= (shapes for torch.compile/export)")
+    if (backward is None) != (setup_context is None):
+        raise ValueError(f"{NAMESPACE}::{name}: autograd needs both backward= and setup_context=")
+    if composite is not None and backward is not None:
+        raise ValueError(f"{NAMESPACE}::{name}: a composite op is differentiated through the ops it calls")
+    if _aten_has_packet(packet):
+        raise ValueError(
+            f"{NAMESPACE}::{name}: aten has an op named {packet!r}; a declared op takes a name aten lacks "
+            f"(the opaque twins of compile mode 'keep' use aten's names in this namespace)"
+        )
+    with _lock:
+        if name in _declared:
+            raise ValueError(f"{NAMESPACE}::{name} is declared already")
+        library = torch.library.Library(NAMESPACE, "FRAGMENT")
+        qualified = f"{NAMESPACE}::{name}"
+        try:
+            library.define(schema)
+            if composite is not None:
+                library.impl(name, composite, "CompositeImplicitAutograd")
+            else:
+                library.impl(name, reference, "CompositeExplicitAutograd")
+                torch.library.register_fake(qualified, fake, lib=library)
+                if backward is not None:
+                    torch.library.register_autograd(qualified, backward, setup_context=setup_context, lib=library)
+        except BaseException:
+            library._destroy()
+            raise
+        _libraries.append(library)
+        _declared[name] = DeclaredOp(name, schema, "composite" if composite is not None else "reference",
+                                     backward is not None, doc)
+    log.debug("python_native: declared %s (%s)", qualified, _declared[name].kind)
+    overload = name.partition(".")[2] or "default"
+    return getattr(getattr(getattr(torch.ops, NAMESPACE), packet), overload)
+
+
+def _aten_has_packet(packet: str) -> bool:
+    """Whether aten has any overload named ``packet.*`` (``add`` has no default overload)."""
+    try:
+        getattr(torch.ops.aten, packet)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def declared() -> list[DeclaredOp]:
+    """Every declared overload, in declaration order."""
+    with _lock:
+        return list(_declared.values())
+
+
+def is_declared(name: str) -> bool:
+    """Whether ``name`` (``"packet"`` or ``"packet.overload"``) is a declared op of this namespace."""
+    with _lock:
+        return name in _declared or any(op.packet == name for op in _declared.values())

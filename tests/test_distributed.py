@@ -1,0 +1,179 @@
+"""torch.distributed with the overrides on: DDP, FSDP2 and DTensor (Shard and Replicate) on two gloo
+ranks on CPU, Triton's kernels through its interpreter.
+
+One two-rank job runs every scenario (each rank imports torch and compiles its kernels once), with
+the overrides on and then off, and prints what each rank saw; the tests read that. Bounded in time:
+a rank that hangs fails the tests instead of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parent.parent
+WORLD = 2
+TIMEOUT = 240  # seconds for the whole job; it takes about 30 on two busy cores
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is not available"
+)
+
+RANK = r"""
+import contextlib, json, os
+import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
+import python_native as pn
+from torch.distributed.device_mesh import init_device_mesh
+
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+out = {"rank": rank}
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 16), nn.SiLU())
+
+
+def batch(step):
+    return torch.randn(8, 16, generator=torch.Generator().manual_seed(100 * step + rank))
+
+
+def train(m, scope, params):
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with scope, pn.trace() as t:
+        for step in range(2):
+            loss = F.log_softmax(m(batch(step)), -1).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return [p.detach().clone() for p in params(m)], sorted(set(t.ops("override")))
+
+
+def same(a, b):
+    return all(torch.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b, strict=True))
+
+
+def gathered(tensors):
+    flat = torch.cat([t.flatten() for t in tensors])
+    every = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, flat)
+    return all(torch.equal(every[0], e) for e in every)
+
+
+# DDP: gradients all-reduced over the overridden backward ops; ranks stay in step.
+ddp = lambda: nn.parallel.DistributedDataParallel(model())  # noqa: E731
+on, fired = train(ddp(), contextlib.nullcontext(), lambda m: m.parameters())
+off, fired_off = train(ddp(), pn.triton.disabled(), lambda m: m.parameters())
+out["ddp"] = {"fired": fired, "fired_off": fired_off, "equal_off": same(on, off), "ranks_agree": gathered(on)}
+
+
+# FSDP2: parameters sharded over the ranks, gathered for each layer's forward and backward.
+def fsdp():
+    from torch.distributed.fsdp import fully_shard
+
+    m = model()
+    for layer in m:
+        if list(layer.parameters()):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(m, mesh=mesh)
+
+
+full = lambda m: [p.full_tensor() for p in m.parameters()]  # noqa: E731
+on, fired = train(fsdp(), contextlib.nullcontext(), full)
+off, fired_off = train(fsdp(), pn.triton.disabled(), full)
+out["fsdp2"] = {"fired": fired, "fired_off": fired_off, "equal_off": same(on, off), "ranks_agree": gathered(on)}
+
+# DTensor: each rank's shard (or replica) goes through the overrides; the whole matches aten.
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+with pn.triton.disabled():
+    ref_softmax, ref_norm = F.softmax(x, -1), F.layer_norm(x, (8,))
+out["dtensor"] = {}
+for placement in (Shard(0), Shard(1), Replicate()):
+    d = distribute_tensor(x, mesh, [placement])
+    with pn.trace() as t:
+        y, z = F.softmax(d, -1), F.layer_norm(d, (8,))
+    out["dtensor"][str(placement)] = {
+        "fired": sorted(set(t.ops("override"))),
+        "equal": torch.allclose(y.full_tensor(), ref_softmax) and torch.allclose(z.full_tensor(), ref_norm, atol=1e-6),
+    }
+
+# A switch is per process: rank 1 turns Triton off, rank 0 keeps routing.
+if rank == 1:
+    pn.triton.enabled = False
+dist.barrier()
+with pn.trace() as t:
+    F.softmax(x, -1)
+out["toggle"] = {"fired": t.ops("override"), "enabled": pn.triton.enabled}
+dist.barrier()
+pn.triton.enabled = True
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict]:
+    """Run the two-rank job once for the module; each rank's report."""
+    port = str(_free_port())
+    procs = []
+    for rank in range(WORLD):
+        environ = {
+            **os.environ, "PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank), "WORLD_SIZE": str(WORLD),
+            "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": "1",
+        }
+        procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=environ, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    reports = []
+    try:
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT)
+            assert proc.returncode == 0, stderr[-4000:]
+            reports.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return sorted(reports, key=lambda r: r["rank"])
+
+
+LOSS_OPS = ["_log_softmax", "_log_softmax_backward_data", "gelu", "gelu_backward", "native_layer_norm",
+            "native_layer_norm_backward", "silu", "silu_backward"]
+
+
+@pytest.mark.parametrize("scenario", ["ddp", "fsdp2"])
+def test_training_fires_the_overrides_on_every_rank_and_matches_aten(ranks, scenario):
+    for report in ranks:
+        seen = report[scenario]
+        assert seen["fired"] == LOSS_OPS, (report["rank"], seen)
+        assert seen["fired_off"] == [] and seen["equal_off"] and seen["ranks_agree"], (report["rank"], seen)
+
+
+def test_dtensor_shards_and_replicas_go_through_the_overrides(ranks):
+    for report in ranks:
+        for placement, seen in report["dtensor"].items():
+            assert seen["fired"] == ["_softmax", "native_layer_norm"], (report["rank"], placement, seen)
+            assert seen["equal"], (report["rank"], placement)
+
+
+def test_a_switch_stays_on_its_rank(ranks):
+    assert ranks[0]["toggle"] == {"fired": ["_softmax"], "enabled": True}
+    assert ranks[1]["toggle"] == {"fired": [], "enabled": False}
