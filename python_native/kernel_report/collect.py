@@ -9,7 +9,7 @@ distinct variant for the target (``compile``). Figures are plain dicts, ready fo
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,7 +36,7 @@ METHODS = {
     "bytes": "the launch's own arguments at full size, some programs run in Triton's interpreter (first and last "
              "per grid axis), masked loads/stores counted per active lane; broadcast reads (every program, "
              "same addresses) counted once; scaled to the grid",
-    "minimum": "every input tensor the kernels read, once, plus every output, once (intermediate buffers are overhead)",
+    "minimum": "every input tensor the kernels read, once (the memory it spans: an expanded index counts its one column), plus every output, once; intermediate buffers are overhead",
     "predicted": "bytes at the copy bandwidth, each SM's share scaled by min(1, warps on it / 32), per wave, "
                  "+1.5 us per launch (python_native.kernel_report.model)",
 }
@@ -68,23 +68,38 @@ def _roles(planned: PlannedCall, traffic: Traffic) -> dict[int, str]:
 def _launch_figures(planned: PlannedCall, launch: Launch, with_traffic: bool, arch: str) -> dict:
     figures: dict[str, Any] = {
         "kernel": launch.name, "grid": list(launch.grid), "programs": launch.programs, "num_warps": launch.num_warps,
-        "constexprs": launch.constexprs, "variant": variant_key(launch, arch), "request": request(launch),
+        "constexprs": {k: v if isinstance(v, (int, float, bool, str, type(None))) else str(v)
+                       for k, v in launch.constexprs.items()}, "variant": variant_key(launch, arch), "request": request(launch),
     }
     if not with_traffic:
         return figures
     key = _traffic_key(launch)
     if key not in _traffic_cache:
-        traffic = count(launch)
-        _traffic_cache[key] = (traffic, _roles(planned, traffic))
+        try:
+            traffic = count(launch)
+        except Exception as e:  # a data-dependent kernel may stray on uninitialized stand-ins: reported, not fatal
+            _traffic_cache[key] = (None, f"{type(e).__name__}: {_last_line(e)}")
+        else:
+            _traffic_cache[key] = (traffic, _roles(planned, traffic))
     traffic, roles = _traffic_cache[key]
+    if traffic is None:
+        figures["bytes_error"] = roles
+        return figures
     regions = []
     for start, region in traffic.regions.items():
         regions.append({
             "args": region.names, "role": roles[start], "read": traffic.read[start], "written": traffic.written[start],
-            "broadcast": start in traffic.broadcast, "nbytes": region.tensor.numel() * region.tensor.element_size(),
+            "broadcast": start in traffic.broadcast, "nbytes": region.end - region.start,
         })
     figures.update(bytes=traffic.total, regions=regions, sampled_programs=traffic.sampled)
     return figures
+
+
+def _last_line(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = str(e).strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def _minimum(call: dict) -> float:
@@ -100,6 +115,7 @@ def _minimum(call: dict) -> float:
 def collect(
     arch_name: str = arch_table.DEFAULT_ARCH, ops: Sequence[str] | None = None,
     dtypes: Sequence[torch.dtype] = DTYPES, with_traffic: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> dict:
     """Every benchmark row of ``ops`` (default: all) in ``dtypes``, with its calls and their launches."""
     a = arch_table.arch(arch_name)
@@ -108,6 +124,8 @@ def collect(
     cases_out = []
     requests: dict[tuple, dict] = {}
     for case in rows.cases(list(dtypes), quick=False, ops=ops):
+        if progress is not None:
+            progress(f"{case.label} {case.dtype_name}")
         calls_out = []
         for call in call_records.calls_of(case, set(specs)):
             family, spec = specs[call.op]
@@ -117,7 +135,7 @@ def collect(
             entry["launches"] = [_launch_figures(planned, launch, with_traffic, arch_name) for launch in planned.launches]
             for launch in entry["launches"]:
                 requests.setdefault(launch["variant"], launch["request"])
-            if with_traffic and planned.launches:
+            if with_traffic and planned.launches and all("bytes" in launch for launch in entry["launches"]):
                 entry["minimum"] = _minimum(entry)
                 entry["bytes"] = sum(launch["bytes"] for launch in entry["launches"])
                 entry["ratio"] = entry["bytes"] / entry["minimum"] if entry["minimum"] else None

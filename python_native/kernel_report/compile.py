@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import torch
@@ -38,8 +39,12 @@ def request(launch: Launch) -> dict:
             return {"tensor": str(a.dtype).removeprefix("torch."), "aligned": a.data_ptr() % 16 == 0}
         return a
 
+    def constexpr(v: Any) -> Any:
+        name = getattr(v, "primitive_bitwidth", None) and getattr(v, "name", None)
+        return {"tl_dtype": name} if name else v  # a Triton dtype (reductions' accumulator and cast types)
+
     return {"module": fn.__module__, "kernel": fn.__name__, "args": [arg(a) for a in launch.args],
-            "constexprs": launch.constexprs, "num_warps": launch.num_warps}
+            "constexprs": {k: constexpr(v) for k, v in launch.constexprs.items()}, "num_warps": launch.num_warps}
 
 
 def _worker_env() -> dict[str, str]:
@@ -53,16 +58,28 @@ def _worker_env() -> dict[str, str]:
 
 
 def compile_all(requests_by_key: dict[tuple, dict], capability: int) -> dict[tuple, dict]:
-    """Figures of every variant (``variant_key`` -> ``request``): compiled once per process."""
-    pending = {key: req for key, req in requests_by_key.items() if key not in _results}
-    if pending:
-        requests = list(pending.values())
-        done = subprocess.run(
-            [sys.executable, "-m", "python_native.kernel_report.compile_worker", str(capability)],
-            input=json.dumps(requests), capture_output=True, text=True, env=_worker_env(), check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"the compile worker failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-        for key, result in zip(pending, json.loads(done.stdout), strict=True):
-            _results[key] = result
+    """Figures of every variant (``variant_key`` -> ``request``): compiled once per process, the
+    variants shared out over one worker per CPU core."""
+    pending = [(key, req) for key, req in requests_by_key.items() if key not in _results]
+    workers = max(1, min(os.cpu_count() or 1, 8, len(pending)))
+    shares = [share for share in (pending[i::workers] for i in range(workers)) if share]
+    with tempfile.TemporaryDirectory() as folder:
+        procs = []
+        for i, share in enumerate(shares):
+            path = os.path.join(folder, str(i))
+            with open(f"{path}.in", "w") as f:
+                json.dump([req for _, req in share], f)
+            with open(f"{path}.in") as stdin, open(f"{path}.out", "w") as stdout, open(f"{path}.err", "w") as stderr:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "python_native.kernel_report.compile_worker", str(capability)],
+                    stdin=stdin, stdout=stdout, stderr=stderr, env=_worker_env(),
+                ))
+        for i, (proc, share) in enumerate(zip(procs, shares, strict=True)):
+            path = os.path.join(folder, str(i))
+            if proc.wait() != 0:
+                with open(f"{path}.err") as f:
+                    raise RuntimeError(f"the compile worker failed ({proc.returncode}): {f.read().strip()[-2000:]}")
+            with open(f"{path}.out") as f:
+                for (key, _), result in zip(share, json.load(f), strict=True):
+                    _results[key] = result
     return {key: _results[key] for key in requests_by_key}

@@ -71,7 +71,10 @@ def compile_one(request: dict, capability: int) -> dict:
     target = GPUTarget("cuda", capability, 32)
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
-    kwargs = dict(request["constexprs"], num_warps=request["num_warps"])
+    import triton.language as tl
+
+    constexprs = {k: tl.dtype(v["tl_dtype"]) if isinstance(v, dict) else v for k, v in request["constexprs"].items()}
+    kwargs = dict(constexprs, num_warps=request["num_warps"])
     bound, specialization, options = binder(*map(_argument, request["args"]), **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
     kernel = compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
@@ -86,8 +89,11 @@ def main() -> int:
         try:
             results.append(compile_one(request, capability))
         except Exception as e:  # reported per kernel; the others still compile
-            message = str(e).strip().splitlines()
-            results.append({"error": f"{type(e).__name__}: {message[0] if message else ''}"})
+            cause = e
+            while cause.__cause__ is not None:  # Triton's compile errors wrap the one that says why
+                cause = cause.__cause__
+            message = str(cause).strip().splitlines()
+            results.append({"error": f"{type(cause).__name__}: {message[-1] if message else ''}"})
     json.dump(results, sys.stdout)
     return 0
 
