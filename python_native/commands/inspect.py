@@ -13,6 +13,7 @@ import argparse
 import difflib
 import json
 import os
+import subprocess
 import sys
 
 HELP = "registers, spills, occupancy, waves and bytes per call of every Triton kernel at the benchmark shapes, " \
@@ -49,11 +50,14 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"inspect: {problem}", file=sys.stderr)
         return 2
-    if "python_native_dsls.triton.kernels.launch" in sys.modules and not _interpreting():
-        print("inspect: Triton's kernels were already loaded for a GPU in this process; run the command in a "
-              "fresh one (it counts bytes through Triton's interpreter)", file=sys.stderr)
-        return 2
-    os.environ["PYTHON_NATIVE_TRITON_INTERPRET"] = "1"  # bytes are counted by running programs in the interpreter
+    from python_native import env
+
+    if not (env.triton_interpret() and env.triton_runtime_interprets()):
+        # Bytes are counted by running programs in Triton's interpreter, which Triton picks as the
+        # kernels are defined: the command runs again in a process that has it on from the start.
+        interpreting = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1"}
+        command = [sys.executable, "-m", "python_native", "inspect", *_argv(args)]
+        return subprocess.run(command, env=interpreting, check=False).returncode
     import torch
 
     from python_native.kernel_report import checks, collect, render
@@ -71,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
     return 1 if args.check and checks.open_findings(findings) else 0
 
 
-def _interpreting() -> bool:
-    from python_native_dsls.triton.kernels import launch
-
-    return bool(launch._INTERPRET)
+def _argv(args: argparse.Namespace) -> list[str]:
+    """The command line of ``args`` again."""
+    argv = ["--arch", args.arch]
+    for option, values in (("--op", args.op), ("--dtype", args.dtype)):
+        for value in values or ():
+            argv += [option, value]
+    flags = {"--quick": args.quick, "--no-bytes": args.no_bytes, "--check": args.check, "--json": args.json}
+    return argv + [flag for flag, on in flags.items() if on]

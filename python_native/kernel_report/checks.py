@@ -88,6 +88,8 @@ def check(report: dict, exceptions: Iterable[Excuse] = EXCEPTIONS) -> list[Findi
             findings.append(finding)
     for i in sorted(in_scope - used):
         ex = exceptions[i]
+        if ex.check == "traffic" and not report.get("bytes_counted", True):
+            continue  # not evaluated in this report (``inspect --no-bytes``)
         findings.append(Finding("stale", ex.kernel, ex.scope(), f"listed for {ex.check!r} but no longer found"))
     return findings
 

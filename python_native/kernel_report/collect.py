@@ -148,7 +148,7 @@ def collect(
     for case in cases_out:
         _predict(case, figures, a)
     return {
-        "arch": a.name, "gpu": a.gpu, "sm_count": a.sm_count, "bandwidth_gbps": a.bandwidth_gbps,
+        "arch": a.name, "gpu": a.gpu, "bytes_counted": with_traffic, "sm_count": a.sm_count, "bandwidth_gbps": a.bandwidth_gbps,
         "methods": METHODS, "cases": cases_out, "seconds": {"plans_and_bytes": round(traffic_s, 1),
                                                             "compile": round(time.perf_counter() - started - traffic_s, 1)},
     }
