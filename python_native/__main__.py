@@ -18,6 +18,7 @@ COMMANDS = {
     "bench": "bench",
     "calibration": "calibration",
     "precompile": "precompile",
+    "inspect": "inspect",
     "verify": "verify",
 }
 

@@ -65,9 +65,10 @@ def _direction(n_axes: tl.constexpr, bits: tl.constexpr, b: tl.constexpr):
     """Blocks of ``2**b`` run descending where bit ``b`` of their position is 0, ascending where
     it is 1, so that neighbours pair up into bitonic sequences; a block that is the whole row
     (``b == bits``) runs descending."""
-    if b == bits:
-        return True
-    return _bit(n_axes, n_axes - 1 - b) == 0
+    # One return of one type for both cases (a compiled function cannot return a constexpr on one
+    # path and a tensor on the other): the whole row reads bit 0 of the last axis, ORed with True.
+    axis: tl.constexpr = n_axes - 1 - b * (b < bits)
+    return (_bit(n_axes, axis) == 0) | (b == bits)
 
 
 @triton.jit
@@ -80,11 +81,12 @@ def _best_sorted(keys, BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, P: tl.constex
     for s in tl.static_range(1, p + 1):
         for t in tl.static_range(s):
             h = _exchange(h, n - (s - 1 - t), _direction(n + 1, n, s))
+    # Round r leaves n - 1 - r column bits once it halves the blocks (written out, not named: a
+    # constexpr cannot be reassigned in a compiled loop).
     for r in tl.static_range(n - p):
-        bits: tl.constexpr = n - 1 - r  # column bits left once this round halves the blocks
-        h = tl.max(h, axis=bits + 1 - p)  # block pairs differ in bit p: keep the larger of each pair
+        h = tl.max(h, axis=n - r - p)  # block pairs differ in bit p: keep the larger of each pair
         for t in tl.static_range(p):
-            h = _exchange(h, bits - (p - 1 - t), _direction(bits + 1, bits, p))
+            h = _exchange(h, n - 1 - r - (p - 1 - t), _direction(n - r, n - 1 - r, p))
     return tl.reshape(h, [BLOCK_M, P])
 
 

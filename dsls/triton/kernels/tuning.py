@@ -14,8 +14,11 @@ Rationale, for an H100 SM (64K 32-bit registers, at most 255 per thread, 16-byte
   dw/db accumulators live: ptxas (sm_90a, bf16) gives 118-128 registers at 8 elements per thread
   per tensor (4096 columns, 16 warps) and 230 at 16 (8 warps); a whole 16384-column row at
   32 warps (the 64-register cap of 1024 threads) spills ~500 bytes per thread. So the register
-  path uses 8-16 elements per thread, at most 16 warps, and rows over ``NORM_BWD_REGISTER_MAX``
-  (8192) columns are streamed in column chunks instead (116 and 96 registers, no spills).
+  path uses 8 elements per thread for a whole row (8192 columns: 32 warps, 54-64 registers) and
+  4 for short rows packed several to a program (73-82 registers at 8 made a 16-warp program the
+  only one its SM could hold; at 4 they take 52-58), and rows over ``NORM_BWD_REGISTER_MAX``
+  (8192) columns are streamed in column chunks instead (116 and 96 registers, no spills). Every
+  such tile leaves an SM at least 32 resident warps (``python -m python_native inspect`` checks).
 - Bytes in flight. Short rows are packed several per program so a step moves at least 8 KB per
   tensor (4096 16-bit or 2048 fp32 elements); warps follow from 16 elements per thread.
 - Softmax rows up to ``SOFTMAX_SINGLE_MAX`` columns are held whole by one program of up to 32
@@ -31,6 +34,8 @@ Rationale, for an H100 SM (64K 32-bit registers, at most 255 per thread, 16-byte
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -76,9 +81,10 @@ def _min_step(dtype: torch.dtype) -> int:
 
 def _rows_tile(dtype: torch.dtype, bucket: int) -> Tile:
     """Whole rows in registers, short rows packed to a full step; 8 elements per thread per
-    tensor (many live tensors, see the register budget), at most 16 warps."""
+    tensor for a whole row, 4 for packed rows (many live tensors, see the register budget)."""
     block_m = max(1, _min_step(dtype) // bucket)
-    return Tile(block_m, bucket, max(2, min(16, block_m * bucket // (32 * 8))))
+    per_thread = 8 if block_m == 1 else 4
+    return Tile(block_m, bucket, max(2, min(_MAX_WARPS, block_m * bucket // (32 * per_thread))))
 
 
 def _chunk_tile(dtype: torch.dtype, bucket: int) -> Tile:
@@ -127,8 +133,26 @@ def tile(kernel: str, dtype: torch.dtype, n_cols: int) -> Tile:
     return TABLE[(kernel, dtype, bucket)]
 
 
+# SMs the plans are made for instead of the device's own, while ``planning_for`` is in force.
+_planned_sm_count: int | None = None
+
+
+@contextlib.contextmanager
+def planning_for(sm_count: int) -> Iterator[None]:
+    """Plan persistent grids for a GPU of ``sm_count`` SMs, whatever the tensors' device: what
+    ``python -m python_native inspect`` uses to see, from any machine, the launches a GPU gets."""
+    global _planned_sm_count
+    previous, _planned_sm_count = _planned_sm_count, sm_count
+    try:
+        yield
+    finally:
+        _planned_sm_count = previous
+
+
 def persistent_programs(device_index: int) -> int:
     """Programs of a persistent grid on CUDA device ``device_index`` (-1: a CPU tensor, the interpreter)."""
+    if _planned_sm_count is not None:
+        return PROGRAMS_PER_SM * _planned_sm_count
     if device_index < 0:
         return INTERPRETER_PROGRAMS
     from .launch import sm_count
