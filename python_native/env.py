@@ -28,6 +28,7 @@ CACHE_DIR = ("PYTHON_NATIVE_CACHE_DIR",)
 CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our compile path too
 XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
 CXX = ("CXX",)  # the C++ compiler the compiled front is built with
+TORCH_LOGS = ("TORCH_LOGS",)  # torch's own logging switch, which our logger names join
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -47,6 +48,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CUTE_DSL_ARCH, "GPU architecture CuTe DSL kernels are compiled for, in place of the device's (e.g. sm_90a)"),
     (XDG_CACHE_HOME, "user cache base folder; python-native's caches default to python-native/ under it"),
     (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
+    (TORCH_LOGS, "torch's logging switch: python_native (registration), +python_native (and each override), "
+                 "python_native_compile (kernel compiles)"),
 )
 
 _FALSY = frozenset({"", "0", "false", "no", "off"})
@@ -144,6 +147,11 @@ def cute_dsl_arch() -> str | None:
 def cxx() -> str | None:
     """The C++ compiler named by ``$CXX``, or None."""
     return _first(CXX)
+
+
+def torch_logs() -> str:
+    """torch's ``TORCH_LOGS`` setting ("" when unset), where it names our loggers too."""
+    return _first(TORCH_LOGS) or ""
 
 
 def triton_runtime_interprets() -> bool:
