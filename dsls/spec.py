@@ -26,6 +26,9 @@ class OverrideSpec:
     and for its backward, ``"layer_norm"`` for ``native_layer_norm``...); ``backward`` marks the
     op as the backward of the forward declared under the same name. The panel's switches accept
     the public name and cover the forward and backward with it (see ``python_native.public_names``).
+
+    ``explain(*args, **kwargs) -> str | None`` says why ``cond`` declines a call (``"dtype float64"``);
+    traced routers ask it on a decline, never an untraced call (see ``register_op_override``).
     """
 
     op: str
@@ -36,17 +39,19 @@ class OverrideSpec:
     lib: str = "aten"
     public_name: str | None = None
     backward: bool = False
+    explain: Callable[..., str | None] | None = None
 
     @classmethod
     def planned(
         cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
-        public_name: str | None = None, backward: bool = False, **options: Any
+        public_name: str | None = None, backward: bool = False,
+        explain: Callable[..., str | None] | None = None, **options: Any
     ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
         further registration options (``derive_variants``, ``priority``)."""
         return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured,
-                   public_name=public_name, backward=backward)
+                   public_name=public_name, backward=backward, explain=explain)
 
 
 def has_kernel(op: str, key: str, lib: str = "aten") -> bool:

@@ -20,7 +20,7 @@ Importing never imports a DSL runtime: kernels load on the first call that needs
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -112,6 +112,7 @@ def register_op_override(
     impl_takes_plan: bool = False,
     public_name: str | None = None,
     backward: bool = False,
+    explain: Callable[..., str | None] | None = None,
 ) -> OverrideHandle:
     """Route ``lib_symbol::op_symbol`` at ``dispatch_key`` to ``impl`` whenever ``cond`` accepts.
 
@@ -127,12 +128,15 @@ def register_op_override(
     ``public_name`` is the name users type for the op (``"softmax"`` for ``_softmax``), which the
     op switches then accept; ``backward=True`` declares the op the backward of the forward
     registered under the same public name (see ``operation_names``).
+    ``explain(*args, **kwargs) -> str | None`` says why ``cond`` declines a call (``"dtype float64"``);
+    it is asked only while a trace is open and only for calls the cond declined, and the trace
+    event's ``reason`` shows its answer (a cond with an ``explain`` attribute needs no argument).
     """
     _require_overload(lib_symbol, op_symbol)
     handle = REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
-        impl_takes_plan=impl_takes_plan,
+        impl_takes_plan=impl_takes_plan, explain=explain,
     )
     if public_name is not None:
         public_names.declare(public_name, handle.op, backward=backward)

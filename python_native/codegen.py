@@ -27,6 +27,10 @@ PLAN_KEYWORD = "plan"
 
 # The global naming ``OverrideUnavailable`` in every router's namespace.
 UNAVAILABLE_GLOBAL = "_pn_unavailable"
+# Globals of traced routers only: ``_pn_reason(declines) -> str | None`` (why the fallback runs, the
+# switched-off overrides added) and ``_pn_unavailable_reason(dsl, error) -> str``.
+REASON_GLOBAL = "_pn_reason"
+UNAVAILABLE_REASON_GLOBAL = "_pn_unavailable_reason"
 
 
 class OverrideUnavailable(RuntimeError):
@@ -48,6 +52,8 @@ class RouteStep:
     event: str  # global holding the trace event template
     epilogue: Epilogue
     takes_plan: bool = False  # the impl receives the cond's result as ``plan=``
+    explain: str | None = None  # global holding the override's decline explainer (traced routers only)
+    dsl: str = ""  # the override's DSL, named in a traced router's reasons
 
 
 def _call_args(sig: OpSignature, *, skip_out: bool = False) -> str:
@@ -146,10 +152,18 @@ def router_source(
     fallback_event: str,
     comment: str,
 ) -> str:
-    """Source of one router variant for ``sig`` running ``steps`` in order."""
+    """Source of one router variant for ``sig`` running ``steps`` in order.
+
+    A traced variant also collects why each override was passed over (``_pn_why``): on a decline it
+    asks the override's explainer (only there: untraced variants never call it), and it hands the
+    list to the fallback's trace event.
+    """
     lines = [f"# {comment}", _header(sig)]
+    if traced:
+        lines.append("    _pn_why = []")
     for step in steps:
         impl_args = _call_args(sig, skip_out=step.epilogue == "out")
+        explain_args = impl_args
         if step.cond is None:
             indent = "    "
         elif step.takes_plan:
@@ -167,12 +181,19 @@ def router_source(
         # on as if its cond had declined (free until raised: a try costs nothing on 3.11+).
         lines.append(f"{indent}try:")
         lines += _impl_call(step, impl_args, indent + "    ")
-        lines += [f"{indent}except {UNAVAILABLE_GLOBAL}:", f"{indent}    pass", f"{indent}else:"]
+        if traced:
+            lines += [f"{indent}except {UNAVAILABLE_GLOBAL} as _pn_gone:",
+                      f"{indent}    _pn_why.append({UNAVAILABLE_REASON_GLOBAL}({step.dsl!r}, _pn_gone))"]
+        else:
+            lines += [f"{indent}except {UNAVAILABLE_GLOBAL}:", f"{indent}    pass"]
+        lines.append(f"{indent}else:")
         lines += _epilogue(step, sig, indent + "    ")
         if step.cond is None:
             break
+        if traced and step.explain is not None:
+            lines += ["    else:", f"        _pn_why.append({step.explain}({explain_args}))"]
     if traced:
-        lines.append(f"    _pn_trace({fallback_event})")
+        lines.append(f"    _pn_trace({fallback_event}, {REASON_GLOBAL}(_pn_why))")
     lines += _fallback(sig, "    ")
     return "\n".join(lines) + "\n"
 

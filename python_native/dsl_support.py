@@ -70,7 +70,8 @@ def unmeasured_reason(op: str, dsl: str, dispatch_key: str) -> str | None:
 
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
-    ``measured``, and the ``public_name`` users type for the op, which the panel's switches then accept).
+    ``measured``, the ``public_name`` users type for the op, which the panel's switches then accept, and
+    the ``explain`` traces ask why the cond declined a call).
 
     Ops slower than aten at every size on every device this key serves are left out (a
     calibration table or the portable policy gates the conds of the rest where it can speak for
@@ -97,7 +98,8 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
             log.info("python_native: %s %s::%s left out: %s", dsl, lib, spec.op, why)
             continue
         try:
-            handles.append(REGISTRY.register(dsl, lib, spec.op, dispatch_key, spec.cond, spec.impl, **spec.options))
+            handles.append(REGISTRY.register(dsl, lib, spec.op, dispatch_key, spec.cond, spec.impl,
+                                             explain=getattr(spec, "explain", None), **spec.options))
         except Exception:
             log.exception("python_native: %s override of %s::%s not installed", dsl, lib, spec.op)
             continue

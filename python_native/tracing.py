@@ -15,7 +15,9 @@ from python_native import uncompiled
 
 @dataclass(frozen=True)
 class TraceEvent:
-    """One routed call: which op, at which key, and whether an override or the fallback ran."""
+    """One routed call: which op, at which key, whether an override or the fallback ran, and why
+    the fallback ran (``reason``: each override that declined or was switched off, with its DSL:
+    ``"triton: not an outer product: inner dimension K > 1; cutedsl: DSL cutedsl disabled"``)."""
 
     op: str
     dispatch_key: str
@@ -23,6 +25,7 @@ class TraceEvent:
     outcome: str  # "override" | "fallback"
     override: str | None  # the override's name, None on fallback
     thread: int
+    reason: str | None = None  # why the fallback ran; None for an override
 
 
 class Trace:
@@ -70,9 +73,9 @@ class Trace:
         """The events as a table, one per line, in call order; at most ``limit`` (None: all)."""
         events = list(self.events)  # a snapshot: other threads may still append
         shown = events if limit is None or len(events) <= limit else events[:limit]
-        header = ("#", "op", "key", "outcome", "override")
+        header = ("#", "op", "key", "outcome", "override", "reason")
         rows = [
-            (str(i), e.op, e.dispatch_key, e.outcome, e.override or "-")
+            (str(i), e.op, e.dispatch_key, e.outcome, e.override or "-", e.reason or "-")
             for i, e in enumerate(shown)
         ]
         widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
@@ -111,7 +114,7 @@ class TraceHub:
             return not self._open
 
     @uncompiled.opaque
-    def emit(self, template: tuple[str, str, str | None, str, str | None]) -> None:
-        event = TraceEvent(*template, thread=threading.get_ident())
+    def emit(self, template: tuple[str, str, str | None, str, str | None], reason: str | None = None) -> None:
+        event = TraceEvent(*template, thread=threading.get_ident(), reason=reason)
         for trace in self._open:
             trace.events.append(event)

@@ -48,7 +48,9 @@ def _mask(verdicts: tables.Verdicts, wide: int) -> int:
     return sum(1 << b for b in range(64) if verdicts[2 * b + wide] is False)
 
 
-def gated(op: str, cond: Callable[..., Any], dsl: str = tables.DEFAULT_DSL) -> Callable[..., Any]:
+def gated(
+    op: str, cond: Callable[..., Any], dsl: str = tables.DEFAULT_DSL, explain: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
     """``dsl``'s ``cond`` that also declines where the device's verdict says the override loses to
     aten, or where another DSL gated on the same op is calibrated faster there and would serve the
     call (it is switched on and installed here, and its own cond accepts).
@@ -61,6 +63,9 @@ def gated(op: str, cond: Callable[..., Any], dsl: str = tables.DEFAULT_DSL) -> C
 
     The gate offers ``decline_masks(device_key)``: per dtype name, (narrow, wide) bit masks of the
     size buckets 0..63 where it surely declines, whatever the cond says (None: nothing known).
+
+    Its ``explain`` (asked by traced routers only, on a decline) names calibration where the gate
+    declined and defers to ``explain`` (the override's own) where the cond did.
     """
     import torch
 
@@ -104,6 +109,18 @@ def gated(op: str, cond: Callable[..., Any], dsl: str = tables.DEFAULT_DSL) -> C
                 return False
         return accepted
 
+    def explain_decline(*args: Any, **kwargs: Any) -> str | None:
+        t = next((a for a in args if isinstance(a, tensor_type)), None)
+        verdicts = None if t is None or _suspended else resolved.get(t.dtype, {}).get(t.get_device())
+        verdict = None if not verdicts else verdicts[2 * min(t.numel().bit_length(), tables.MAX_BUCKET) + (
+            1 if t.ndim and t.shape[-1] >= tables.WIDE_ROW else 0)]
+        if verdict is False:
+            return f"calibration: aten is faster for {_call_text(t)} on {resolve.device_key(t.device)}"
+        if verdict is not None and cond(*args, **kwargs):
+            faster = [r for r in verdict if r not in dsl_off and r not in unroutable]
+            return f"calibration: {' or '.join(faster) or 'another DSL'} is faster for {_call_text(t)} and serves it"
+        return explain(*args, **kwargs) if explain is not None else None
+
     def decline_masks(device_key: str) -> dict[str, tuple[int, int]] | None:
         if _suspended:
             return None
@@ -120,7 +137,14 @@ def gated(op: str, cond: Callable[..., Any], dsl: str = tables.DEFAULT_DSL) -> C
     calibrated_cond.calibrated_dsl = dsl  # type: ignore[attr-defined]
     calibrated_cond.calibrated_op = op  # type: ignore[attr-defined]
     calibrated_cond.decline_masks = decline_masks  # type: ignore[attr-defined]
+    calibrated_cond.explain = explain_decline  # type: ignore[attr-defined]
     return calibrated_cond
+
+
+def _call_text(t: Any) -> str:
+    """A call as its verdict sees it: ``"float32 inputs of 1024 elements (rows of width 64)"``."""
+    width = f" (rows of width {t.shape[-1]})" if t.ndim else ""
+    return f"{str(t.dtype).removeprefix('torch.')} inputs of {t.numel()} elements{width}"
 
 
 def forget_gate(op: str, dsl: str) -> None:
@@ -161,7 +185,7 @@ def gate_override(handle: OverrideHandle, cond: Callable[..., Any]) -> Callable[
 
         logging.getLogger("python_native").exception("python_native: calibration could not gate %s %s", handle.dsl, op)
         return cond
-    return gated(op, cond, handle.dsl) if needed else cond
+    return gated(op, cond, handle.dsl, getattr(handle, "explain", None)) if needed else cond
 
 
 def forget_removed(handle: OverrideHandle) -> None:

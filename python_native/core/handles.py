@@ -15,17 +15,19 @@ class OverrideHandle:
 
     ``cond`` and ``impl`` are what was registered; ``routed_cond`` and ``routed_impl`` what the
     router calls after the features' wrappers (a calibration gate, checked mode) were applied.
+    ``explain`` says why ``cond`` declines a call (asked only while a trace is open), or None.
     """
 
     __slots__ = (
         "dsl", "lib", "op", "dispatch_key", "cond", "impl", "priority", "unconditional", "takes_plan",
         "uid", "name", "op_names", "epilogue", "derived_from", "derived", "routed_cond", "routed_impl",
-        "_slot", "_registry", "_removed",
+        "explain", "_slot", "_registry", "_removed",
     )
 
     def __init__(self, **fields: Any) -> None:
         for key, value in fields.items():
             setattr(self, key, value)
+        self.explain = fields.get("explain")
         self.derived: list[OverrideHandle] = []
         self.routed_cond = self.cond
         self.routed_impl = self.impl

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from python_native import dsl_registry, env, schema
-from python_native.core import arguments, extensions, routers, slots
+from python_native.core import arguments, extensions, reasons, routers, slots
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
 from python_native.core.ordering import Ordering
@@ -74,6 +74,7 @@ class Registry:
         priority: int = 0,
         derive_variants: bool | Iterable[str] = False,
         impl_takes_plan: bool = False,
+        explain: reasons.Explain | None = None,
     ) -> OverrideHandle:
         dsl, lib_symbol, op_symbol, dispatch_key = arguments.check_pieces(
             dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
@@ -81,6 +82,7 @@ class Registry:
         )
         sig = arguments.signature(lib_symbol, op_symbol, impl_takes_plan)
         variants = arguments.derived_variants(lib_symbol, sig, derive_variants)
+        explain = reasons.check_explain(explain, cond)
         pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in variants]
         for psig, _ in pieces:
             arguments.check_autograd_unchanged(lib_symbol, psig, dispatch_key)
@@ -91,6 +93,8 @@ class Registry:
                                  kind, impl_takes_plan)
                 for psig, kind in pieces
             ]
+            for h in handles:
+                h.explain = explain
             primary = handles[0]
             for child in handles[1:]:
                 child.derived_from = primary

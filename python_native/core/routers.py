@@ -3,7 +3,8 @@
 A slot's router is regenerated for each set of active overrides (and traced or not) and cached
 per slot, so a toggle back to a set seen before is a dict lookup and one ``__code__`` assignment.
 Each override's pieces live in the slot's namespace as ``_pn_cond_<uid>``, ``_pn_impl_<uid>``,
-``_pn_label_<uid>``, ``_pn_event_<uid>``: the generated code names them, never the handle.
+``_pn_label_<uid>``, ``_pn_event_<uid>`` and ``_pn_explain_<uid>`` (asked by traced variants only,
+on a decline): the generated code names them, never the handle.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from typing import Any
 import torch
 
 from python_native import codegen, schema
+from python_native.core import reasons
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
 
 MAX_CACHED_VARIANTS = 64
 TOMBSTONES_KEPT = 64
-_PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_")
+_PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_", "_pn_explain_")
 
 
 def bind(slot: Slot, handle: OverrideHandle) -> None:
@@ -31,6 +33,7 @@ def bind(slot: Slot, handle: OverrideHandle) -> None:
     ns[f"_pn_impl_{uid}"] = handle.routed_impl
     ns[f"_pn_label_{uid}"] = f"python_native::{handle.dsl}::{handle.op}"
     ns[f"_pn_event_{uid}"] = (handle.op, handle.dispatch_key, handle.dsl, "override", handle.name)
+    ns[f"_pn_explain_{uid}"] = reasons.explainer(handle)
 
 
 def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_key: tuple) -> tuple[str, Any]:
@@ -43,6 +46,8 @@ def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_k
             event=f"_pn_event_{o.uid}",
             epilogue=o.epilogue,
             takes_plan=o.takes_plan and not o.unconditional,
+            explain=f"_pn_explain_{o.uid}",
+            dsl=o.dsl,
         )
         for o in active
     ]
@@ -63,6 +68,8 @@ def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_k
 
 def make_entry(slot: Slot) -> types.FunctionType:
     """The function the dispatcher will call for ``slot``, routing to no override yet."""
+    slot.namespace[codegen.REASON_GLOBAL] = functools.partial(reasons.fallback_reason, slot)
+    slot.namespace[codegen.UNAVAILABLE_REASON_GLOBAL] = reasons.unavailable
     source, code = variant_code(slot, [], False, ((), False))
     slot.current_source = source
     return codegen.make_function(code, slot.namespace, slot.sig, slot.file_stem)
@@ -88,6 +95,7 @@ class Tombstones:
         ns[f"_pn_impl_{uid}"] = functools.partial(call_again, functional, o.takes_plan)
         ns[f"_pn_label_{uid}"] = "python_native::removed"
         ns[f"_pn_event_{uid}"] = ns["_pn_fallback_event"]
+        ns[f"_pn_explain_{uid}"] = removed_reason
         for key in [k for k in slot.codes if uid in k[0]]:
             del slot.codes[key]
         self._kept.append((ns, uid))
@@ -100,6 +108,11 @@ class Tombstones:
 def declined(*args: Any, **kwargs: Any) -> bool:
     """The cond of a removed override, for calls already inside the router when it went."""
     return False
+
+
+def removed_reason(*args: Any, **kwargs: Any) -> str:
+    """The explainer of a removed override, for calls already inside the router when it went."""
+    return "removed"
 
 
 def call_again(functional: torch._ops.OpOverload, takes_plan: bool, *args: Any, **kwargs: Any) -> Any:

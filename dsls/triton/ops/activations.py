@@ -18,6 +18,7 @@ from python_native_dsls.spec import OverrideSpec, runtime_import
 from ..plans.elementwise import ElementwisePlan, plan_elementwise
 from ..plans.layout import dense_like, fits_index, on_backend
 from ..target import DSL_NAME
+from . import why
 
 Tensor = torch.Tensor
 
@@ -125,9 +126,34 @@ def gelu_backward_impl(
     )
 
 
+# Why a cond declined (asked by traced calls only): the same checks, one by one.
+
+
+def silu_explain(self: Tensor) -> str | None:
+    return why.elementwise(self)
+
+
+def silu_backward_explain(grad_output: Tensor, self: Tensor) -> str | None:
+    return why.elementwise(self, grad_output)
+
+
+def _mode(approximate: str) -> str | None:
+    return None if approximate in _GELU_MODES else f"approximate={approximate!r} (takes 'none' or 'tanh')"
+
+
+def gelu_explain(self: Tensor, *, approximate: str) -> str | None:
+    return _mode(approximate) or why.elementwise(self)
+
+
+def gelu_backward_explain(grad_output: Tensor, self: Tensor, *, approximate: str) -> str | None:
+    return _mode(approximate) or why.elementwise(self, grad_output)
+
+
 OVERRIDES = [
-    OverrideSpec.planned("silu", silu_cond, silu_impl, public_name="silu"),
-    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl, public_name="silu", backward=True),
-    OverrideSpec.planned("gelu", gelu_cond, gelu_impl, public_name="gelu"),
-    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl, public_name="gelu", backward=True),
+    OverrideSpec.planned("silu", silu_cond, silu_impl, public_name="silu", explain=silu_explain),
+    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl, public_name="silu", backward=True,
+                          explain=silu_backward_explain),
+    OverrideSpec.planned("gelu", gelu_cond, gelu_impl, public_name="gelu", explain=gelu_explain),
+    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl, public_name="gelu", backward=True,
+                          explain=gelu_backward_explain),
 ]

@@ -14,6 +14,7 @@ from python_native_dsls.spec import OverrideSpec, runtime_import
 from ..plans.layout import MAX_INDEX, on_backend
 from ..plans.outer import OuterPlan, plan_outer
 from ..target import DSL_NAME
+from . import why
 
 Tensor = torch.Tensor
 
@@ -63,4 +64,20 @@ def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tenso
     return _kernels().run_outer(self, mat2, plan)
 
 
-OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl, public_name="bmm")]
+def bmm_explain(self: Tensor, mat2: Tensor) -> str | None:
+    """Why ``bmm_cond`` declined (asked by traced calls only)."""
+    found = why.device(self, mat2) or why.dtype(self)
+    if found:
+        return found
+    if mat2.dtype != self.dtype:
+        return f"mat2 dtype {why.name(mat2.dtype)} differs from self's {why.name(self.dtype)}"
+    if self.ndim != 3 or mat2.ndim != 3:
+        return f"not 3-d batches: {self.ndim}-d @ {mat2.ndim}-d"
+    if self.shape[2] != 1 or mat2.shape[1] != 1:
+        return f"not an outer product: inner dimension K = {self.shape[2]} > 1 (only K = 1 has a kernel)"
+    if mat2.shape[0] != self.shape[0] or 0 in (self.shape[0], self.shape[1], mat2.shape[2]):
+        return "empty or mismatched batches"
+    return "too large: the flat program grid is int32"
+
+
+OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl, public_name="bmm", explain=bmm_explain)]

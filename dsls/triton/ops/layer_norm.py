@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -14,6 +15,7 @@ from python_native_dsls.spec import OverrideSpec, runtime_import
 from ..plans.layout import MAX_NORM_BWD_COLS, on_backend, row_fits, stats_ok
 from ..plans.rows import NormPlan, norm_plan
 from ..target import DSL_NAME
+from . import why
 
 Tensor = torch.Tensor
 
@@ -105,8 +107,34 @@ def layer_norm_backward_impl(
     return dx, dw, db
 
 
+def layer_norm_explain(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> str | None:
+    """Why ``layer_norm_cond`` declined (asked by traced calls only)."""
+    return (why.device(input, weight, bias) or why.norm(input, normalized_shape)
+            or why.param(weight, "weight", normalized_shape, input) or why.param(bias, "bias", normalized_shape, input))
+
+
+def layer_norm_backward_explain(
+    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor, rstd: Tensor,
+    weight: Tensor | None, bias: Tensor | None, output_mask: Sequence[bool],
+) -> str | None:
+    """Why ``layer_norm_backward_cond`` declined."""
+    found = (why.device(grad_out, input, mean, rstd, weight, bias) or why.norm(input, normalized_shape, MAX_NORM_BWD_COLS)
+             or why.same(input, grad_out, "grad_out") or why.param(weight, "weight", normalized_shape, input)
+             or why.param(bias, "bias", normalized_shape, input))
+    if found:
+        return found
+    if (output_mask[1] and weight is None) or (output_mask[2] and bias is None):
+        return "a gradient asked for a parameter that is None"
+    n_rows = input.numel() // max(1, math.prod(normalized_shape))
+    return (why.stats(mean, "mean", input, n_rows) or why.stats(rstd, "rstd", input, n_rows)
+            or why.rows(as_rows(grad_out, len(normalized_shape)), "grad rows"))
+
+
 OVERRIDES = [
-    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl, public_name="layer_norm"),
+    OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl, public_name="layer_norm",
+                          explain=layer_norm_explain),
     OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl,
-                          public_name="layer_norm", backward=True),
+                          public_name="layer_norm", backward=True, explain=layer_norm_backward_explain),
 ]

@@ -11,6 +11,7 @@ autograd to the backward op, and with nothing to fall back to the family is not 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -22,6 +23,7 @@ from python_native_dsls.spec import OverrideSpec, runtime_import
 from ..plans.layout import MAX_NORM_BWD_COLS, on_backend, row_fits, stats_ok
 from ..plans.rows import NormPlan, norm_plan
 from ..target import DSL_NAME
+from . import why
 
 Tensor = torch.Tensor
 
@@ -98,8 +100,32 @@ def rms_norm_backward_impl(
     return dx, dw
 
 
+def rms_norm_explain(
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None
+) -> str | None:
+    """Why ``rms_norm_cond`` declined (asked by traced calls only)."""
+    return why.device(input, weight) or why.norm(input, normalized_shape) or why.param(
+        weight, "weight", normalized_shape, input)
+
+
+def rms_norm_backward_explain(
+    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor, weight: Tensor | None,
+    output_mask: Sequence[bool],
+) -> str | None:
+    """Why ``rms_norm_backward_cond`` declined."""
+    found = (why.device(grad_out, input, rstd, weight) or why.norm(input, normalized_shape, MAX_NORM_BWD_COLS)
+             or why.same(input, grad_out, "grad_out") or why.param(weight, "weight", normalized_shape, input))
+    if found:
+        return found
+    if output_mask[1] and weight is None:
+        return "a weight gradient asked for a weight that is None"
+    n_rows = input.numel() // max(1, math.prod(normalized_shape))
+    return why.stats(rstd, "rstd", input, n_rows) or why.rows(as_rows(grad_out, len(normalized_shape)), "grad rows")
+
+
 OVERRIDES = [
-    OverrideSpec.planned("_fused_rms_norm", rms_norm_cond, rms_norm_impl, public_name="rms_norm"),
+    OverrideSpec.planned("_fused_rms_norm", rms_norm_cond, rms_norm_impl, public_name="rms_norm",
+                          explain=rms_norm_explain),
     OverrideSpec.planned("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl,
-                          public_name="rms_norm", backward=True),
+                          public_name="rms_norm", backward=True, explain=rms_norm_backward_explain),
 ]

@@ -19,6 +19,7 @@ from python_native_dsls.spec import OverrideSpec, runtime_import
 from ..plans.layout import on_backend, row_fits
 from ..plans.rows import RowPlan, row_plan
 from ..target import DSL_NAME
+from . import why
 
 Tensor = torch.Tensor
 
@@ -136,11 +137,34 @@ def log_softmax_backward_impl(
     return _kernels().run_backward(grad_output, output, plan, True)
 
 
+def softmax_explain(self: Tensor, dim: int, half_to_float: bool) -> str | None:
+    """Why ``softmax_cond`` declined (asked by traced calls only)."""
+    found = why.device(self) or why.dtype(self)
+    if found:
+        return found
+    if half_to_float and not _half_to_float_ok(self):
+        return "half_to_float needs a float16 CUDA input"
+    return why.reduced(self, dim, reduced_rows(self, dim))
+
+
+def softmax_backward_explain(grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype) -> str | None:
+    """Why ``softmax_backward_cond`` declined."""
+    found = why.device(grad_output, output) or why.dtype(output) or why.same(output, grad_output, "grad_output")
+    if found:
+        return found
+    if input_dtype != output.dtype and not (
+        output.dtype == torch.float32 and input_dtype == torch.float16 and output.device.type == "cuda"
+    ):
+        return f"input_dtype {why.name(input_dtype)} differs from the output's {why.name(output.dtype)}"
+    return why.reduced(output, dim, reduced_rows(output, dim)) or why.rows(reduced_rows(grad_output, dim), "grad rows")
+
+
 OVERRIDES = [
-    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax"),
-    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax"),
+    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax", explain=softmax_explain),
+    OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax",
+                          explain=softmax_explain),
     OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl,
-                          public_name="softmax", backward=True),
+                          public_name="softmax", backward=True, explain=softmax_backward_explain),
     OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl,
-                          public_name="log_softmax", backward=True),
+                          public_name="log_softmax", backward=True, explain=softmax_backward_explain),
 ]
