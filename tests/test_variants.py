@@ -217,3 +217,28 @@ def test_environment_seeds_the_choice_in_a_fresh_process(dispatch_front):
     assert got["events"] == [["_softmax", "fallback", None], ["_log_softmax", "override", "streamed"]]
     malformed = [w for w in got["warnings"] if "malformed" in w]
     assert len(malformed) == 1 and all(bad in malformed[0] for bad in ("nonsense", "=x", "bmm=1bad"))
+
+
+def test_checked_mode_checks_the_chosen_variant(overrides, x, monkeypatch):
+    monkeypatch.setenv("PYTHON_NATIVE_CHECK", "1")
+    sub_with_variants_exact = overrides("sub.Tensor", always, plus(0), variants={"wrong": plus(1000)})
+    assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
+    pn.set_override_variant("sub.Tensor", "wrong")
+    with pytest.raises(pn.OverrideMismatch, match=sub_with_variants_exact.name):
+        torch.sub(x, x)
+    pn.set_override_variant("sub.Tensor", None)
+    assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
+
+
+def test_environment_entry_for_an_op_registered_later(overrides, x, monkeypatch):
+    from python_native import faults
+    from python_native.core import variants
+
+    monkeypatch.setattr(variants, "_seeds", [("aten::sub.Tensor", "fast"), ("mul", "nope")])
+    handle = sub_with_variants(overrides)
+    assert handle.variant == "fast" and torch.equal(torch.sub(x, x), torch.full_like(x, 2000))
+    with pytest.warns(UserWarning, match="PYTHON_NATIVE_VARIANTS \\(mul\\).*no variant 'nope'"):
+        overrides("mul.Tensor", always, lambda self, other: self * other + 1)
+    assert pn.get_override_variant("mul.Tensor") == "default"
+    assert any("mul" in p["source"] for p in pn.status()["problems"])
+    faults.resolve("PYTHON_NATIVE_VARIANTS (mul)")

@@ -100,7 +100,7 @@ class Registry:
                 child.op_names = tuple(dict.fromkeys(child.op_names + primary.op_names))
                 primary.derived.append(child)
             primary.variants = declared
-            chosen = variants_.seeded(primary) or variants_.DEFAULT
+            chosen = variants_.seeded(primary, self.overrides) or variants_.DEFAULT
             for handle in handles:  # derived overrides share the functional one's variants and choice
                 handle.variants, handle.variant = declared, chosen
             # Everything that can fail on the user's behalf (ordering) runs before the dispatcher

@@ -14,7 +14,7 @@ Derived in-place/``out=`` overrides follow the functional override's choice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from python_native import env, faults, public_names
@@ -113,19 +113,21 @@ def matches(handle: OverrideHandle, op: str) -> bool:
     return name in handle.op_names or handle.op in public_names.covered(name)
 
 
-def seeded(handle: OverrideHandle) -> str | None:
+def seeded(handle: OverrideHandle, others: Callable[[], list[OverrideHandle]]) -> str | None:
     """The variant ``PYTHON_NATIVE_VARIANTS`` chooses for ``handle`` (its last matching entry that
-    ``handle`` accepts), or None. An entry that matches but names no variant of it is reported."""
+    ``handle`` accepts), or None. An entry no override it matches accepts (``handle`` nor ``others()``,
+    the registered ones) is reported; one a later override accepts is no problem any more."""
     chosen = None
     for op, name in seeds():
         if not matches(handle, op):
             continue
+        source = f"{env.VARIANTS[0]} ({op})"
         if name in names(handle):
             chosen = name
-        else:
+            faults.resolve(source)
+        elif not any(name in names(o) for o in others() if matches(o, op)):
             faults.report(
-                f"{env.VARIANTS[0]} ({op})",
-                f"{handle.name} has no variant {name!r}; declared: {list(handle.variants)} (and {ATEN!r})",
+                source, f"{handle.name} has no variant {name!r}; declared: {list(handle.variants)} (and {ATEN!r})",
                 "name a declared variant; the override runs its default meanwhile", stacklevel=4,
             )
     return chosen
@@ -134,6 +136,6 @@ def seeded(handle: OverrideHandle) -> str | None:
 def seed(registry: Any, handle: OverrideHandle) -> None:
     """Apply ``PYTHON_NATIVE_VARIANTS`` to a registered ``handle`` (again after its public name was
     declared: entries may name the op by it)."""
-    name = seeded(handle)
+    name = seeded(handle, registry.overrides)
     if name is not None and name != handle.variant:
         choose(registry, handle, name)
