@@ -29,6 +29,7 @@ CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our c
 XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
 CXX = ("CXX",)  # the C++ compiler the compiled front is built with
 VARIANTS = ("PYTHON_NATIVE_VARIANTS",)
+TORCH_LOGS = ("TORCH_LOGS",)  # torch's own logging switch, which our logger names join
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
 SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -50,6 +51,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
     (VARIANTS, "the variant each op's override runs, 'op=name;...' ('aten': the original kernel); "
                "read at import, applied as each override registers"),
+    (TORCH_LOGS, "torch's logging switch: python_native (registration), +python_native (and each override), "
+                 "python_native_compile (kernel compiles)"),
 )
 
 _FALSY = frozenset({"", "0", "false", "no", "off"})
@@ -147,6 +150,11 @@ def cute_dsl_arch() -> str | None:
 def cxx() -> str | None:
     """The C++ compiler named by ``$CXX``, or None."""
     return _first(CXX)
+
+
+def torch_logs() -> str:
+    """torch's ``TORCH_LOGS`` setting ("" when unset), where it names our loggers too."""
+    return _first(TORCH_LOGS) or ""
 
 
 def triton_runtime_interprets() -> bool:

@@ -17,13 +17,13 @@ again, replacing the handler it tracks, so nothing prints twice).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
+
+from python_native import env
 
 LOG = "python_native"
 COMPILE_ARTIFACT = "python_native_compile"
 QUALIFIED_NAMES = ("python_native", "python_native_dsls")
-ENV_VAR = "TORCH_LOGS"
 
 log = logging.getLogger(LOG)
 # The compile events' logger: torch's artifact logger once registered (a child of ``python_native``).
@@ -55,7 +55,7 @@ def register_with_torch() -> bool:
         log.debug("python_native: torch's logging registry refused our names", exc_info=True)
         return False
     _registered = True
-    _apply_env(_internal, os.environ.get(ENV_VAR, ""))
+    _apply_env(_internal, env.torch_logs())
     return True
 
 

@@ -156,7 +156,7 @@ def ranks() -> list[dict]:
 
 
 LOSS_OPS = ["_log_softmax", "_log_softmax_backward_data", "gelu", "gelu_backward", "native_layer_norm",
-            "native_layer_norm_backward", "silu", "silu_backward"]
+            "native_layer_norm_backward", "silu", "silu_backward", "sum.dim_IntList"]  # sum: the loss's reduction
 
 
 @pytest.mark.parametrize("scenario", ["ddp", "fsdp2"])
