@@ -10,6 +10,7 @@ ratios, so drift of the machine cancels. On tiny CPU tensors, per front:
 - *gate-declined*: an op whose override's calibration gate declines the call (a table for the
   ``cpu`` device saying the override loses at this size);
 - *hit*: an override that fires (its impl returns an input);
+- *hit, variants*: the same on an override declaring variants, running a chosen one (not its default);
 each against the same op with no override at all (*plain aten*); and *toggle*: one
 ``with operations_disabled(op): pass``, against torch's in-tree toggle.
 The compiled front is built first if this torch has none (``python -m python_native precompile``).
@@ -37,11 +38,17 @@ warnings.filterwarnings("ignore")
 
 A = torch.randn(4)  # 4 elements: size bucket 3
 B = torch.randn(4)
-OPS = {"disabled": torch.mul, "nothing_active": torch.div, "gate_declined": torch.maximum, "hit": torch.sub}
-SCHEMAS = {"disabled": "mul.Tensor", "nothing_active": "div.Tensor", "gate_declined": "maximum", "hit": "sub.Tensor"}
+OPS = {"disabled": torch.mul, "nothing_active": torch.div, "gate_declined": torch.maximum, "hit": torch.sub,
+       "hit_variants": torch.atan2}
+SCHEMAS = {"disabled": "mul.Tensor", "nothing_active": "div.Tensor", "gate_declined": "maximum", "hit": "sub.Tensor",
+           "hit_variants": "atan2"}
 
 
 def impl(self, other, *args, **kwargs):
+    return self
+
+
+def other_impl(self, other, *args, **kwargs):
     return self
 
 
@@ -76,6 +83,9 @@ def _install() -> list:
     handles.append(pn.register_op_override("bench_off", "aten", SCHEMAS["nothing_active"], "CPU", accept, impl))
     gate = calibration.gated("maximum", accept, "bench")
     handles.append(pn.register_op_override("bench", "aten", SCHEMAS["gate_declined"], "CPU", gate, impl))
+    handles.append(pn.register_op_override("bench", "aten", SCHEMAS["hit_variants"], "CPU", accept, impl,
+                                           variants={"other": other_impl, "third": impl}))
+    pn.set_override_variant(SCHEMAS["hit_variants"], "other")
     pn.bench_off.disable()
     pn.disable_operations("mul")
     return handles
@@ -167,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'toggle':20}{'':12}{med['python']['toggle']:12.3f}{'':9}{med['compiled']['toggle']:12.3f}")
     hit = med["compiled"]["hit"] / med["python"]["hit"]
     print(f"hit, compiled / python front: {hit:.3f} (target <= 1.00 within noise)")
+    for which in ("python", "compiled"):
+        same = statistics.median(a / b for a, b in zip(rows[which]["hit_variants"], rows[which]["hit"], strict=True))
+        print(f"hit with variants / hit without, {which} front: {same:.3f} (target 1.00 within noise)")
     for case in ("disabled", "nothing_active", "gate_declined"):
         print(f"{case}, compiled front / plain aten: {ratio['compiled'][case]:.3f} (target <= 1.10)")
     if toggle_in_tree is not None:

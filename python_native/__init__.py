@@ -46,6 +46,7 @@ from python_native import (  # noqa: F401
     uncompiled,
 )
 from python_native.checked import OverrideMismatch
+from python_native.choices import get_override_variant, override_variant, set_override_variant
 from python_native.controller import (
     DSLController,
     Scope,
@@ -55,6 +56,7 @@ from python_native.controller import (
     op_names,
     op_targets,
 )
+from python_native.core import variants as _variants
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
 from python_native.ops import linear_cross_entropy
@@ -84,6 +86,9 @@ __all__ = [
     "compile_mode_set",
     "decomposition_table",
     "linear_cross_entropy",
+    "set_override_variant",
+    "get_override_variant",
+    "override_variant",
     "DSLController",
     "OverrideHandle",
     "OverrideMismatch",
@@ -113,6 +118,7 @@ def register_op_override(
     public_name: str | None = None,
     backward: bool = False,
     explain: Callable[..., str | None] | None = None,
+    variants: dict[str, Impl] | None = None,
 ) -> OverrideHandle:
     """Route ``lib_symbol::op_symbol`` at ``dispatch_key`` to ``impl`` whenever ``cond`` accepts.
 
@@ -131,15 +137,20 @@ def register_op_override(
     ``explain(*args, **kwargs) -> str | None`` says why ``cond`` declines a call (``"dtype float64"``);
     it is asked only while a trace is open and only for calls the cond declined, and the trace
     event's ``reason`` shows its answer (a cond with an ``explain`` attribute needs no argument).
+
+    ``variants={"name": impl, ...}`` declares alternative impls (same arguments as ``impl``, which
+    is the variant named ``"default"``; ``"aten"`` is reserved for the original kernel), chosen
+    per op with ``set_override_variant``, ``override_variant`` or ``PYTHON_NATIVE_VARIANTS``.
     """
     _require_overload(lib_symbol, op_symbol)
     handle = REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
-        impl_takes_plan=impl_takes_plan, explain=explain,
+        impl_takes_plan=impl_takes_plan, explain=explain, variants=variants,
     )
     if public_name is not None:
         public_names.declare(public_name, handle.op, backward=backward)
+        _variants.seed(REGISTRY, handle)  # PYTHON_NATIVE_VARIANTS may name the op by its public name
     return handle
 
 

@@ -26,6 +26,7 @@ PUBLIC_API = (
     "reorder_overrides", "overrides", "router_source", "trace", "status",
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
     "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
+    "set_override_variant", "get_override_variant", "override_variant",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 

@@ -28,6 +28,7 @@ CACHE_DIR = ("PYTHON_NATIVE_CACHE_DIR",)
 CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our compile path too
 XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
 CXX = ("CXX",)  # the C++ compiler the compiled front is built with
+VARIANTS = ("PYTHON_NATIVE_VARIANTS",)
 TORCH_LOGS = ("TORCH_LOGS",)  # torch's own logging switch, which our logger names join
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
@@ -48,6 +49,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CUTE_DSL_ARCH, "GPU architecture CuTe DSL kernels are compiled for, in place of the device's (e.g. sm_90a)"),
     (XDG_CACHE_HOME, "user cache base folder; python-native's caches default to python-native/ under it"),
     (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
+    (VARIANTS, "the variant each op's override runs, 'op=name;...' ('aten': the original kernel); "
+               "read at import, applied as each override registers"),
     (TORCH_LOGS, "torch's logging switch: python_native (registration), +python_native (and each override), "
                  "python_native_compile (kernel compiles)"),
 )
@@ -174,6 +177,36 @@ def front_setting() -> str | None:
 def unmeasured_allowed() -> bool:
     """Overrides no calibration table has timed are installed at GPU keys too (read at registration)."""
     return _flag(UNMEASURED)
+
+
+def variant_choices() -> list[tuple[str, str]]:
+    """``PYTHON_NATIVE_VARIANTS`` as ``(op, variant)`` pairs, in order (``"aten::_softmax=aten;bmm=default"``).
+
+    Entries are separated by ``;``; an entry that is not ``op=name`` (an identifier for the name)
+    is dropped, and all such entries are named in one warning: a bad entry never fails ``import torch``.
+    """
+    found = _first_set(VARIANTS)
+    if found is None:
+        faults.resolve(VARIANTS[0])
+        return []
+    pairs, malformed = [], []
+    for entry in found[1].split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        op, sep, name = (part.strip() for part in entry.partition("="))
+        symbol = op.replace("::", ".", 1)
+        if sep and op and name.isidentifier() and all(part.isidentifier() for part in symbol.split(".")):
+            pairs.append((op, name))
+        else:
+            malformed.append(entry)
+    if malformed:
+        faults.report(VARIANTS[0], f"malformed entries {malformed!r} dropped",
+                      "write each entry as op=variant, separated by ';' (e.g. 'aten::_softmax=aten;bmm=default')",
+                      stacklevel=3)
+    else:
+        faults.resolve(VARIANTS[0])
+    return pairs
 
 
 def import_time_values() -> tuple[str | None, ...]:

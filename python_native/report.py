@@ -56,6 +56,8 @@ def render(data: dict) -> str:
         )
         if o.get("unreachable"):
             lines += _wrapped(f"never reached: {o['unreachable']}")
+        if len(o.get("variants", ())) > 1 or o.get("variant", "default") != "default":
+            lines += _wrapped(_variants_note(o))
         if o.get("slot_overrides", 1) > 1:
             lines += _wrapped(_order_note(o))
     if data.get("declared_ops"):
@@ -96,6 +98,12 @@ def render(data: dict) -> str:
     lines += ["", "Legend"]
     lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)
+
+
+def _variants_note(o: dict) -> str:
+    """The override's variants, the running one starred (``"aten"``: calls pass through)."""
+    names = [*o["variants"], "aten"]
+    return "variants: " + ", ".join(f"{n}*" if n == o["variant"] else n for n in names)
 
 
 def _order_note(o: dict) -> str:

@@ -20,8 +20,10 @@ LEGEND = {
     "unavailable": "it cannot (the reason follows); its overrides are not installed or never fire",
     "enabled": "not switched off by pn.<dsl>.enabled = False, disable() or a disabled() scope",
     "active": "calls can reach the override now: its DSL, op and dispatch key are all switched on",
-    "inactive": "installed but switched off (DSL, op or key disabled, or its DSL unavailable)",
+    "inactive": "installed but switched off (DSL, op or key disabled, its DSL unavailable, or variant 'aten' chosen)",
     "never reached": "active, but at a dispatch key no tensor on this machine has (no device of that kind)",
+    "variants": "the impls an override declares; the one running is marked * ('aten': the original kernel, "
+                "the override passes calls through); choose with pn.set_override_variant or PYTHON_NATIVE_VARIANTS",
 }
 
 INTERPRETER_HINT = (
@@ -116,6 +118,8 @@ def _override_entry(o) -> dict:
         "active": o.active,
         "unreachable": unreachable_reason(o.dispatch_key),
         "origin": native_bridge.origin_of(o),
+        "variants": list(o.variants),
+        "variant": o.variant,
         **_order_of(o),
     }
 

@@ -24,6 +24,7 @@ class TraceEvent:
     dsl: str | None
     outcome: str  # "override" | "fallback"
     override: str | None  # the override's name, None on fallback
+    variant: str | None  # the override's variant that ran ("default" unless chosen), None on fallback
     thread: int
     reason: str | None = None  # why the fallback ran; None for an override
 
@@ -75,7 +76,9 @@ class Trace:
         shown = events if limit is None or len(events) <= limit else events[:limit]
         header = ("#", "op", "key", "outcome", "override", "reason")
         rows = [
-            (str(i), e.op, e.dispatch_key, e.outcome, e.override or "-", e.reason or "-")
+            (str(i), e.op, e.dispatch_key, e.outcome,
+             f"{e.override} [{e.variant}]" if e.variant not in (None, "default") else e.override or "-",
+             e.reason or "-")
             for i, e in enumerate(shown)
         ]
         widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
@@ -114,7 +117,7 @@ class TraceHub:
             return not self._open
 
     @uncompiled.opaque
-    def emit(self, template: tuple[str, str, str | None, str, str | None], reason: str | None = None) -> None:
+    def emit(self, template: tuple[str, str, str | None, str, str | None, str | None], reason: str | None = None) -> None:
         event = TraceEvent(*template, thread=threading.get_ident(), reason=reason)
         for trace in self._open:
             trace.events.append(event)

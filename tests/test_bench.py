@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not backend.runtime_available(), reason="triton 
 ON_GPU = backend.device_type() == "cuda"
 
 ROW_FIELDS = {"op", "mode", "shape", "dtype", "fired", "override_ms", "aten_ms", "speedup", "bytes",
-              "bandwidth_fraction", "inductor_ms", "liger_ms", "quack_ms", "notes"}
+              "bandwidth_fraction", "inductor_ms", "liger_ms", "quack_ms", "notes", "variants_ms"}
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +45,7 @@ def test_quick_json_rows(capsys):
         assert set(row) == ROW_FIELDS
         assert row["fired"] is True and row["dtype"] == "float32"
         assert row["override_ms"] > 0 and row["aten_ms"] > 0
+        assert row["variants_ms"] == {}  # only with --variants
         assert row["speedup"] == pytest.approx(row["aten_ms"] / row["override_ms"])
         if ON_GPU:
             assert row["inductor_ms"] > 0  # torch.compile's kernels timed beside ours
@@ -174,3 +175,11 @@ def test_calibration_measures_dropout_and_group_norm(tmp_path, capsys):
         with pn.trace() as t:
             aten_op(symbol)(*_calibration_args()[symbol](x, torch.randn_like(x)))
         assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == symbol}
+
+
+def test_variants_add_a_cell_per_variant(capsys):
+    assert main(["bench", "--quick", "--json", "--dtypes", "float32", "--ops", "log_softmax", "--variants"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(set(r["variants_ms"]) == {"split", "streamed"} for r in rows)
+    assert all(ms > 0 for r in rows for ms in r["variants_ms"].values())
+    assert "split" in bench.format_row(bench.Row(**rows[0]))

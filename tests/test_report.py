@@ -31,7 +31,7 @@ def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_report_has_legend_switches_and_skipped_families(monkeypatch):
     monkeypatch.setenv("PYTHON_NATIVE_CHECK", "1")
     data = pn.status()
-    assert set(data["legend"]) == {"available", "unavailable", "enabled", "active", "inactive", "never reached"}
+    assert set(data["legend"]) == {"available", "unavailable", "enabled", "active", "inactive", "never reached", "variants"}
     switches = {e["name"]: e for e in data["environment"]}
     assert switches["PYTHON_NATIVE_CHECK"]["value"] == "1" and "aten" in switches["PYTHON_NATIVE_CHECK"]["meaning"]
     # The root conftest.py sets it for the session: "1" through Triton's interpreter, "0" on a GPU.

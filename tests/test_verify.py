@@ -50,7 +50,10 @@ def test_softmax_json_passes_and_covers_forward_and_backward():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"]
-    assert {r["op"] for r in report["rows"]} == {"_softmax", "_softmax_backward_data"}
+    # Every variant is checked (rows "_softmax [split]", ...); coverage counts the ops.
+    assert {r["op"] for r in report["rows"]} == {
+        f"{op}{suffix}" for op in ("_softmax", "_softmax_backward_data") for suffix in ("", " [split]", " [streamed]")
+    }
     assert {r["dtype"] for r in report["rows"]} == {"float32", "float16", "bfloat16"}
     assert all(r["fired"] > 0 and r["status"] == "ok" for r in report["rows"])
     assert report["coverage"]["ops"] == {"_softmax": True, "_softmax_backward_data": True}

@@ -3,6 +3,7 @@ and the command's choices (device, dtypes, ops) checked."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,16 +23,34 @@ def runner(case: Case, fn: Callable[[Inputs], torch.Tensor], inputs: Inputs) -> 
     return lambda: fn(inputs).backward(inputs.dy)
 
 
-def _fired(fn: Fn) -> bool:
+def _fired_overrides(fn: Fn) -> list:
+    """The functional Triton overrides ``fn`` fires, in call order."""
     with pn.trace() as t:
         fn()
-    return any(e.dsl == "triton" and e.outcome == "override" for e in t.events)
+    names = dict.fromkeys(e.override for e in t.events if e.dsl == "triton" and e.outcome == "override")
+    by_name = {o.name: o.functional for o in pn.overrides()}
+    return list(dict.fromkeys(by_name[n] for n in names if n in by_name))
 
 
-def measure_case(case: Case, device: str, timer: Timer, bandwidth: float | None, inductor: bool) -> Row:
+def _time_variants(row: Row, fn: Fn, fired: list, timer: Timer, inputs: Inputs) -> None:
+    """One cell per variant the fired overrides declare besides their default (``--variants``)."""
+    for variant in dict.fromkeys(v for o in fired for v in o.variants if v != "default"):
+        scopes = [pn.override_variant(o.op, variant) for o in fired if variant in o.variants]
+        try:
+            with contextlib.ExitStack() as stack:
+                for scope in scopes:
+                    stack.enter_context(scope)
+                row.variants_ms[variant] = timer(fn, inputs.leaves)
+        except Exception as e:  # a variant that rejects this case costs its cell, not the run
+            row.notes.append(f"variant {variant}: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
+
+
+def measure_case(case: Case, device: str, timer: Timer, bandwidth: float | None, inductor: bool,
+                 variants: bool = False) -> Row:
     inputs = make_inputs(case, device)
     fn = runner(case, torch_function(case.op), inputs)
-    fired = _fired(fn)
+    fired_overrides = _fired_overrides(fn)
+    fired = bool(fired_overrides)
     ours = timer(fn, inputs.leaves)
     with pn.triton.disabled():
         base = timer(fn, inputs.leaves)
@@ -48,6 +67,8 @@ def measure_case(case: Case, device: str, timer: Timer, bandwidth: float | None,
         override_ms=ours, aten_ms=base, speedup=base / ours if ours else float("nan"), bytes=nbytes,
         bandwidth_fraction=nbytes / (ours * 1e-3) / bandwidth if bandwidth and ours else None,
     )
+    if variants:
+        _time_variants(row, fn, fired_overrides, timer, inputs)
     for column, other in competitors(case.op, inductor).items():
         if other is None:
             continue
@@ -72,11 +93,11 @@ def environment(device: str) -> dict[str, Any]:
 
 
 def run_rows(cases_: Sequence[Case], device: str, inductor: bool, progress: Callable[[Row], None] | None = None,
-             bandwidth: float | None = None) -> list[Row]:
+             bandwidth: float | None = None, variants: bool = False) -> list[Row]:
     timer = gpu_timer() if device == "cuda" else cpu_timer()
     rows = []
     for case in cases_:
-        row = measure_case(case, device, timer, bandwidth, inductor)
+        row = measure_case(case, device, timer, bandwidth, inductor, variants)
         rows.append(row)
         if progress is not None:
             progress(row)

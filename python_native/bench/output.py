@@ -27,6 +27,7 @@ def format_row(row: Row) -> str:
     line = (f"{label:<34} {row.dtype:<9} {'yes' if row.fired else 'no':<6} {row.override_ms:10.4f} "
             f"{row.aten_ms:10.4f} {row.speedup:7.2f}x {_cell(row.inductor_ms)} {_cell(row.liger_ms)} "
             f"{_cell(row.quack_ms)} {bw}")
+    line += "".join(f" {name} {ms:.4f}" for name, ms in row.variants_ms.items())  # --variants: one cell each
     return line + ("  # " + "; ".join(row.notes) if row.notes else "")
 
 

@@ -66,6 +66,7 @@ class Row:
     liger_ms: float | None = None
     quack_ms: float | None = None
     notes: list[str] = field(default_factory=list)
+    variants_ms: dict[str, float] = field(default_factory=dict)  # --variants: each other variant's time
 
 
 # Shapes the norms/softmaxes of LLM training and inference hit, plus the historical grid.

@@ -20,6 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")
     parser.add_argument("--plot", metavar="PNG", default=None, help="write speedup-vs-shape plots (needs matplotlib)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time every variant the fired overrides declare (a cell per variant, in ms)")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column (default on GPU)")
     parser.add_argument("--calibrate", action="store_true",
                         help="time each overridden aten op against aten per dtype and size bucket; write a table")
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         if args.save_json:  # rewritten per row: a run cut short still leaves its rows
             _write_json(args.save_json, env, done)
 
-    rows = bench.run_rows(cases, device, inductor, progress, bandwidth)
+    rows = bench.run_rows(cases, device, inductor, progress, bandwidth, args.variants)
     if args.json:
         print(bench.json_document(env, rows))
     else:

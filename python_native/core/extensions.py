@@ -95,8 +95,9 @@ def remove(points: list, fn: Callable[..., Any]) -> None:
 
 
 def routed_pieces(handle: OverrideHandle) -> tuple[Any, Any]:
-    """``(cond, impl)`` as the router will call them: the handle's own, through every wrapper."""
-    cond, impl = handle.cond, handle.impl
+    """``(cond, impl)`` as the router will call them: the handle's own (its chosen variant's impl),
+    through every wrapper."""
+    cond, impl = handle.cond, handle.chosen_impl
     if cond is not None:
         for wrap in COND_WRAPPERS:
             cond = wrap(handle, cond)

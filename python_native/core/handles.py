@@ -16,12 +16,15 @@ class OverrideHandle:
     ``cond`` and ``impl`` are what was registered; ``routed_cond`` and ``routed_impl`` what the
     router calls after the features' wrappers (a calibration gate, checked mode) were applied.
     ``explain`` says why ``cond`` declines a call (asked only while a trace is open), or None.
+    ``variants`` maps each declared variant's name to its impl (``"default"`` is ``impl``);
+    ``variant`` names the one the router calls now (``"aten"``: none, the override is inactive).
+    Derived in-place/``out=`` overrides share the functional override's variants and choice.
     """
 
     __slots__ = (
         "dsl", "lib", "op", "dispatch_key", "cond", "impl", "priority", "unconditional", "takes_plan",
         "uid", "name", "op_names", "epilogue", "derived_from", "derived", "routed_cond", "routed_impl",
-        "explain", "_slot", "_registry", "_removed",
+        "explain", "variants", "variant", "_slot", "_registry", "_removed",
     )
 
     def __init__(self, **fields: Any) -> None:
@@ -29,6 +32,8 @@ class OverrideHandle:
             setattr(self, key, value)
         self.explain = fields.get("explain")
         self.derived: list[OverrideHandle] = []
+        self.variants: dict[str, Impl] = {"default": self.impl}
+        self.variant = "default"
         self.routed_cond = self.cond
         self.routed_impl = self.impl
         self._slot: Any = None  # the core's Slot (handles sit below slots, so untyped here)
@@ -54,6 +59,11 @@ class OverrideHandle:
     @property
     def unconditional_override(self) -> bool:
         return self.unconditional
+
+    @property
+    def chosen_impl(self) -> Impl:
+        """The impl of the chosen variant (the default one while ``"aten"`` is chosen)."""
+        return self.variants.get(self.variant, self.impl)
 
     @property
     def functional(self) -> OverrideHandle:

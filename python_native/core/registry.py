@@ -15,10 +15,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from python_native import dsl_registry, env, schema
 from python_native.core import arguments, extensions, reasons, routers, slots
+from python_native.core import variants as variants_
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
 from python_native.core.ordering import Ordering
@@ -55,7 +56,7 @@ class Registry:
         s = self.switches
         if self.killed or o.dsl in self.unroutable_dsls:
             return False
-        if o.dsl in s.dsl.off or o.dispatch_key in s.key.off:
+        if o.dsl in s.dsl.off or o.dispatch_key in s.key.off or o.variant == variants_.ATEN:
             return False
         return s.op.off.isdisjoint(o.op_names)
 
@@ -75,15 +76,17 @@ class Registry:
         derive_variants: bool | Iterable[str] = False,
         impl_takes_plan: bool = False,
         explain: reasons.Explain | None = None,
+        variants: Mapping[str, Impl] | None = None,
     ) -> OverrideHandle:
         dsl, lib_symbol, op_symbol, dispatch_key = arguments.check_pieces(
             dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
             unconditional=unconditional_override, priority=priority, takes_plan=impl_takes_plan,
         )
+        declared = variants_.check(impl, variants)
         sig = arguments.signature(lib_symbol, op_symbol, impl_takes_plan)
-        variants = arguments.derived_variants(lib_symbol, sig, derive_variants)
+        derived = arguments.derived_variants(lib_symbol, sig, derive_variants)
         explain = reasons.check_explain(explain, cond)
-        pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in variants]
+        pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in derived]
         for psig, _ in pieces:
             arguments.check_autograd_unchanged(lib_symbol, psig, dispatch_key)
 
@@ -100,6 +103,10 @@ class Registry:
                 child.derived_from = primary
                 child.op_names = tuple(dict.fromkeys(child.op_names + primary.op_names))
                 primary.derived.append(child)
+            primary.variants = declared
+            chosen = variants_.seeded(primary, self.overrides) or variants_.DEFAULT
+            for handle in handles:  # derived overrides share the functional one's variants and choice
+                handle.variants, handle.variant = declared, chosen
             # Everything that can fail on the user's behalf (ordering) runs before the dispatcher
             # changes; installing a slot is the last step that can fail.
             orders = [self.ordering.ordered(h.op, h.dispatch_key, self._existing(h) + [h]) for h in handles]
@@ -274,7 +281,7 @@ class Registry:
             dsl_off, key_off, op_off, unroutable = s.dsl.off, s.key.off, s.op.off, self.unroutable_dsls
             for o in slot.overrides:  # a plain loop: cheaper than a comprehension on 3.10/3.11
                 if (o.dsl not in dsl_off and o.dispatch_key not in key_off and o.dsl not in unroutable
-                        and op_off.isdisjoint(o.op_names)):
+                        and o.variant != "aten" and op_off.isdisjoint(o.op_names)):
                     active.append(o)
                     uids.append(o.uid)
         # A slot whose overrides were all removed is no longer routed: traces skip its calls.

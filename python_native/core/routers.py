@@ -27,12 +27,12 @@ _PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_", "
 
 
 def bind(slot: Slot, handle: OverrideHandle) -> None:
-    """Put ``handle``'s routed pieces into the slot's namespace under its uid."""
+    """Put ``handle``'s routed pieces (its chosen variant's impl) into the slot's namespace under its uid."""
     uid, ns = handle.uid, slot.namespace
     ns[f"_pn_cond_{uid}"] = handle.routed_cond
     ns[f"_pn_impl_{uid}"] = handle.routed_impl
     ns[f"_pn_label_{uid}"] = f"python_native::{handle.dsl}::{handle.op}"
-    ns[f"_pn_event_{uid}"] = (handle.op, handle.dispatch_key, handle.dsl, "override", handle.name)
+    ns[f"_pn_event_{uid}"] = (handle.op, handle.dispatch_key, handle.dsl, "override", handle.name, handle.variant)
     ns[f"_pn_explain_{uid}"] = reasons.explainer(handle)
 
 

@@ -107,7 +107,7 @@ def new_slot(lib: str, sig: schema.OpSignature, key: str, emit: Callable[..., No
         "_pn_profiler": _profiler,
         "_pn_record_function": torch.autograd.profiler.record_function,
         "_pn_trace": emit,
-        "_pn_fallback_event": (sig.qualified, key, None, "fallback", None),
+        "_pn_fallback_event": (sig.qualified, key, None, "fallback", None, None),
         "_pn_numbers": _NUMBER_TYPES,
         "_pn_coerce": scalars.coerce,
         codegen.UNAVAILABLE_GLOBAL: codegen.OverrideUnavailable,

@@ -72,7 +72,7 @@ class Row:
         return "ok" if self.fired else "not fired"
 
 
-def _check_sample(sample: Sample, op: str, dsl: str, rows: dict[str, Row]) -> None:
+def _check_sample(sample: Sample, op: str, dsl: str, rows: dict[str, Row], variant: str = "default") -> None:
     controller = getattr(pn, dsl)
     try:
         ref = _run(sample, dsl, controller.disabled())
@@ -82,7 +82,8 @@ def _check_sample(sample: Sample, op: str, dsl: str, rows: dict[str, Row]) -> No
     for row in rows.values():
         row.samples += 1
     try:
-        got = _run(sample, dsl, contextlib.nullcontext())
+        scope = contextlib.nullcontext() if variant == "default" else pn.override_variant(op, variant)
+        got = _run(sample, dsl, scope)
     except Exception as e:
         for row in rows.values():
             row.failures.append(f"{sample.source}: raised on input its cond accepted: {type(e).__name__}: {e}")
@@ -137,6 +138,7 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
             raise ValueError(f"no installed override for op {op!r}; installed: {', '.join(installed) or 'none'}"
                              + (f" ({hint})" if hint else ""))
     groups: dict[tuple[str, str, str], list[str]] = {}
+    variants: dict[tuple[str, str, str], dict[str, None]] = {}  # every variant of each group's overrides
     unchecked: list[str] = []
     skipped: dict[str, str] = {}
     for o in overrides:
@@ -151,15 +153,18 @@ def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[
         names = groups.setdefault((forward, o.dsl, o.dispatch_key), [])
         if o.op not in names:
             names.append(o.op)
+        variants.setdefault((forward, o.dsl, o.dispatch_key), {}).update(dict.fromkeys(o.variants))
     rows: list[Row] = []
     for (forward, dsl, key), names in groups.items():
         device = _device_of(key)
-        for dtype in dtypes:
-            by_name = {name: Row(name, str(dtype).removeprefix("torch.")) for name in names}
-            torch.manual_seed(0)
-            for sample in samples_for(DRIVERS[forward], dtype, device, max_samples):
-                _check_sample(sample, forward, dsl, by_name)
-            rows.extend(by_name.values())
+        for variant in variants[(forward, dsl, key)]:  # every variant: "default" first, each a row per op
+            suffix = "" if variant == "default" else f" [{variant}]"
+            for dtype in dtypes:
+                by_name = {name: Row(name + suffix, str(dtype).removeprefix("torch.")) for name in names}
+                torch.manual_seed(0)
+                for sample in samples_for(DRIVERS[forward], dtype, device, max_samples):
+                    _check_sample(sample, forward, dsl, by_name, variant)
+                rows.extend(by_name.values())
     fired = {r.op for r in rows if r.fired}
     checked = sorted({o.op for o in overrides if o.op not in skipped and o.op not in unchecked})
     coverage = {name: name in fired for name in checked}

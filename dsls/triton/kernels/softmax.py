@@ -13,12 +13,13 @@ from . import softmax_long
 from .softmax_rows import BWD, FWD
 
 
-def run_forward(x: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
+def run_forward(x: torch.Tensor, plan: RowPlan, log: bool, path: str = "auto") -> torch.Tensor:
     """(Log-)softmax of each row of ``x`` along a plan from ``ops.softmax`` (layout work done once
-    per key): a contiguous tensor of the plan's output dtype shaped like ``x``."""
+    per key): a contiguous tensor of the plan's output dtype shaped like ``x``. ``path`` picks the
+    long-row path (``softmax_long.PATHS``); rows the packed kernels hold take those whatever it is."""
     rows, _, out_dtype, fresh_like, looped, grid, num_warps, block_m, block_n, serial = plan
     if looped:
-        return softmax_long.forward(x, rows, out_dtype, log).view(x.shape)
+        return softmax_long.forward(x, rows, out_dtype, log, path).view(x.shape)
     if fresh_like:
         y = torch.empty_like(x)
     else:
@@ -27,12 +28,12 @@ def run_forward(x: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
     return y
 
 
-def run_backward(dy: torch.Tensor, y: torch.Tensor, plan: RowPlan, log: bool) -> torch.Tensor:
+def run_backward(dy: torch.Tensor, y: torch.Tensor, plan: RowPlan, log: bool, path: str = "auto") -> torch.Tensor:
     """Input gradient of (log-)softmax from its output ``y``, along a plan from ``ops.softmax``:
     a contiguous tensor shaped like ``y``."""
     rows, grad_rows, out_dtype, fresh_like, looped, grid, num_warps, block_m, block_n, serial = plan
     if looped:
-        return softmax_long.backward(dy, grad_rows, y, rows, out_dtype, log).view(y.shape)
+        return softmax_long.backward(dy, grad_rows, y, rows, out_dtype, log, path).view(y.shape)
     if fresh_like:
         dx = torch.empty_like(y)
     else:

@@ -13,6 +13,10 @@ Three paths, by row width (limits and tiles from ``tuning``):
   of y for softmax; 1 for log-softmax) + 1 write.
 - Rows with more than ``SOFTMAX_MAX_SLICES`` slices stream one row per program, in chunks: an
   online max/sum pass, then a pass that writes the result (the looped kernels).
+
+``path`` picks one of them whatever the width (``"split"``, ``"streamed"``; ``"auto"``: by width,
+as above): the ops expose them as variants, to weigh the one-pass path against the split one
+where the backward spills, or to pin one.
 """
 
 from __future__ import annotations
@@ -209,16 +213,29 @@ def _slices(n: int, dtype: torch.dtype) -> tuple[int, int, int]:
     return slice_cols, cdiv(n, slice_cols), chunk
 
 
-def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> torch.Tensor:
+PATHS = ("auto", "split", "streamed")
+
+
+def _path(path: str, n: int, n_slices: int) -> str:
+    """The path a row of ``n`` columns (``n_slices`` slices) takes: ``"single"``, ``"split"`` or ``"streamed"``."""
+    if path != "auto":
+        return path
+    if n <= tuning.SOFTMAX_SINGLE_MAX:
+        return "single"
+    return "split" if n_slices <= tuning.SOFTMAX_MAX_SLICES else "streamed"
+
+
+def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool, path: str = "auto") -> torch.Tensor:
     """(Log-)softmax of each long row of ``x``: a contiguous ``[M, N]`` tensor of ``out_dtype``."""
     m, n = rows.n_rows, rows.n_cols
     y = torch.empty((m, n), dtype=out_dtype, device=x.device)
     strides = (rows.row_stride, rows.col_stride)
     slice_cols, n_slices, chunk = _slices(n, x.dtype)
-    if n <= tuning.SOFTMAX_SINGLE_MAX:
+    taken = _path(path, n, n_slices)
+    if taken == "single":
         cfg = tuning.tile("softmax_single", x.dtype, n)
         FWD((m,), (x, y, m, n, *strides), cfg.num_warps, log, 1, cfg.block_n)
-    elif n_slices <= tuning.SOFTMAX_MAX_SLICES:
+    elif taken == "split":
         cfg = tuning.tile("softmax_slice", x.dtype, slice_cols)
         pmax = torch.empty((m, n_slices), dtype=torch.float32, device=x.device)
         psum = torch.empty((m, n_slices), dtype=torch.float32, device=x.device)
@@ -231,17 +248,19 @@ def forward(x: torch.Tensor, rows: Rows, out_dtype: torch.dtype, log: bool) -> t
 
 
 def backward(
-    dy: torch.Tensor, dy_rows: Rows, y: torch.Tensor, y_rows: Rows, out_dtype: torch.dtype, log: bool
+    dy: torch.Tensor, dy_rows: Rows, y: torch.Tensor, y_rows: Rows, out_dtype: torch.dtype, log: bool,
+    path: str = "auto",
 ) -> torch.Tensor:
     """Input gradient of (log-)softmax over long rows: a contiguous ``[M, N]`` tensor."""
     m, n = y_rows.n_rows, y_rows.n_cols
     dx = torch.empty((m, n), dtype=out_dtype, device=y.device)
     strides = (dy_rows.row_stride, dy_rows.col_stride, y_rows.row_stride, y_rows.col_stride)
     slice_cols, n_slices, chunk = _slices(n, y.dtype)
-    if n <= tuning.SOFTMAX_SINGLE_MAX:
+    taken = _path(path, n, n_slices)
+    if taken == "single":
         cfg = tuning.tile("softmax_single", y.dtype, n)
         BWD((m,), (dy, y, dx, m, n, *strides), cfg.num_warps, log, 1, cfg.block_n)
-    elif n_slices <= tuning.SOFTMAX_MAX_SLICES:
+    elif taken == "split":
         cfg = tuning.tile("softmax_slice", y.dtype, slice_cols)
         pdot = torch.empty((m, n_slices), dtype=torch.float32, device=y.device)
         common = (n, *strides, n_slices, slice_cols)

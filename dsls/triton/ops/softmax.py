@@ -8,6 +8,7 @@ it for fp16 inputs; the same holds here.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -159,12 +160,46 @@ def softmax_backward_explain(grad_output: Tensor, output: Tensor, dim: int, inpu
     return why.reduced(output, dim, reduced_rows(output, dim)) or why.rows(reduced_rows(grad_output, dim), "grad rows")
 
 
+def _forward_variant(log: bool, path: str) -> Callable[..., Tensor]:
+    """The forward impl that takes long rows (past the packed kernels' width) down ``path``."""
+
+    def impl(self: Tensor, dim: int, half_to_float: bool, plan: RowPlan | None = None) -> Tensor:
+        return _kernels().run_forward(self, plan or _impl_forward_plan(self, dim, half_to_float), log, path)
+
+    impl.__name__ = impl.__qualname__ = f"{'log_' if log else ''}softmax_{path}_impl"
+    return impl
+
+
+def _backward_variant(log: bool, path: str) -> Callable[..., Tensor]:
+    def impl(
+        grad_output: Tensor, output: Tensor, dim: int, input_dtype: torch.dtype, plan: RowPlan | None = None
+    ) -> Tensor:
+        plan = plan or _impl_backward_plan(grad_output, output, dim, input_dtype)
+        return _kernels().run_backward(grad_output, output, plan, log, path)
+
+    impl.__name__ = impl.__qualname__ = f"{'log_' if log else ''}softmax_backward_{path}_impl"
+    return impl
+
+
+# Long rows (vocabularies) have three paths (see ``kernels.softmax_long``); the default picks one by
+# width, the variants pin one: "split" (slices across programs, two passes, no spills), "streamed"
+# (one program per row, online max/sum).
+_LONG_ROW_PATHS = ("split", "streamed")
+
+
+def _variants(make: Callable[[bool, str], Callable[..., Tensor]], log: bool) -> dict[str, Callable[..., Tensor]]:
+    return {path: make(log, path) for path in _LONG_ROW_PATHS}
+
+
 OVERRIDES = [
-    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax", explain=softmax_explain),
+    OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax", explain=softmax_explain,
+                         variants=_variants(_forward_variant, False)),
     OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax",
-                          explain=softmax_explain),
+                         explain=softmax_explain, variants=_variants(_forward_variant, True)),
     OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl,
-                          public_name="softmax", backward=True, explain=softmax_backward_explain),
+                         public_name="softmax", backward=True, explain=softmax_backward_explain,
+                         variants=_variants(_backward_variant, False)),
     OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl,
-                          public_name="log_softmax", backward=True, explain=softmax_backward_explain),
+                         public_name="log_softmax", backward=True, explain=softmax_backward_explain,
+                         variants=_variants(_backward_variant, True)),
 ]
