@@ -188,7 +188,7 @@ def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch)
 
     def register(dsl, lib, op, key, cond, impl, **kw):
         # What the dispatch core would route: the cond through every feature's wrapper.
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl)
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
         handle.functional = handle
         installed.append((dsl, op, key, extensions.routed_pieces(handle)[0]))
         return object()
