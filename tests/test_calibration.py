@@ -328,7 +328,7 @@ def test_register_overrides_binds_plain_conds_without_tables_and_gates_with_one(
 
     def record(dsl, namespace, op, key, cond, impl, **options):
         # The cond as the dispatch core would route it: through every feature's wrapper.
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl)
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
         handle.functional = handle
         recorded[op] = extensions.routed_pieces(handle)[0]
 

@@ -44,7 +44,7 @@ def _recorded_registration(monkeypatch) -> dict[str, object]:
     recorded: dict[str, object] = {}
 
     def record(dsl, namespace, op, key, cond, impl, **options):
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl)
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
         handle.functional = handle
         recorded[op] = extensions.routed_pieces(handle)[0]
 

@@ -121,7 +121,7 @@ def test_ops_that_never_won_are_not_installed_and_the_rest_are_gated(calib, monk
     recorded: dict[str, object] = {}
 
     def record(dsl, namespace, op, key, cond, impl, **options):
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl)
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
         handle.functional = handle
         recorded[op] = extensions.routed_pieces(handle)[0]
 
