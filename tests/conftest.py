@@ -108,3 +108,13 @@ def calib(tmp_path, monkeypatch):
     calibration.set_device_key_fn(None)
     monkeypatch.undo()
     calibration.reset()
+
+
+@pytest.fixture(autouse=True)
+def unfrozen_torch_flags():
+    """Importing torch's own test utilities (OpInfo samples, through verify) freezes torch's flags
+    for the rest of the process (``torch.backends.disable_global_flags()``), and then bare
+    assignment of ``pn.<dsl>.enabled`` is refused, as torch refuses its own. Each test starts with
+    flags as a user's process has them; tests of the frozen behaviour freeze them themselves."""
+    torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+    yield

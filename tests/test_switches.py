@@ -52,7 +52,7 @@ def test_enabled_setter_respects_frozen_flags():
         with pytest.raises(RuntimeError, match="disable_global_flags"):
             pn.triton.enabled = False
     finally:
-        torch.backends.__dict__["__allow_nonbracketed_mutation_flag"] = True  # no public re-enable
+        torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True  # no public re-enable
     assert pn.triton.enabled
 
 
