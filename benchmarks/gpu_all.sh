@@ -25,6 +25,10 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
+# Installed (editable, no network) so that the tests' fresh processes find it as users do: the
+# `import torch` entry point that mounts the panel, and python_native_dsls.
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 \
+    || echo "note: the editable install failed; tests that start a fresh 'import torch' will fail"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench lce)
 table="$OUT/calibration.json"

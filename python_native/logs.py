@@ -8,7 +8,9 @@ seconds). ``torch._logging.set_logs(modules={"python_native": logging.DEBUG,
 "python_native_compile": True})`` does the same at run time. Unset, nothing new is printed: warnings and errors only, as before.
 
 Registration (``register_with_torch``) runs when the package is imported, which ``import torch``
-does while it autoloads its ``torch.backends`` entry points, before torch reads ``TORCH_LOGS``.
+does while it autoloads its ``torch.backends`` entry points, before torch reads ``TORCH_LOGS``
+(torch 2.13 on; an older torch reads it first, and then knows ``python_native`` only as a module name
+and ``python_native_compile`` not at all until ``set_logs``).
 Records emitted during that import would come before torch applies the setting, so the loggers
 are configured from ``TORCH_LOGS`` here first, the way torch configures them (torch then does it
 again, replacing the handler it tracks, so nothing prints twice).

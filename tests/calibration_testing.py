@@ -12,7 +12,8 @@ import torch
 from python_native import calibration, dsl_registry, nvml
 from python_native.calibration import sources
 
-FAKE_DEVICE = "Fake GPU 80GB/sm99"
+FAKE_GPU = nvml.Gpu("Fake GPU 80GB", 9, 9)  # as NVML would list it
+FAKE_DEVICE = FAKE_GPU.key  # "Fake GPU 80GB/sm99"
 H100 = nvml.Gpu("NVIDIA H100 80GB HBM3", 9, 0, sm_count=132, memory_bus_width_bits=5120, memory_clock_mhz=2619)
 H200 = nvml.Gpu("NVIDIA H200", 9, 0, sm_count=132, memory_bus_width_bits=6144, memory_clock_mhz=3201)  # 4.9 TB/s
 A100 = nvml.Gpu("NVIDIA A100-SXM4-40GB", 8, 0, sm_count=108, memory_bus_width_bits=5120, memory_clock_mhz=1215)

@@ -39,26 +39,54 @@ def test_bad_names_rejected():
         register(TEST_DSL, "aten", "rms_norm", "CPU", always, marked_sub)
 
 
-def test_op_of_any_namespace_needs_a_kernel_at_the_key_to_fall_back_to():
-    """The core takes an op of any namespace because it exists and has a kernel to fall back to."""
+def _meta_only_op() -> torch.library.Library:
+    """``pn_test_fallback::meta_only``: an op with a Meta kernel and none at CPU."""
     lib = torch.library.Library("pn_test_fallback", "FRAGMENT")
     try:
         lib.define("meta_only(Tensor x) -> Tensor")
         lib.impl("meta_only", lambda x: torch.empty_like(x), "Meta")
-        before = len(pn.overrides())
+    except BaseException:
+        lib._destroy()
+        raise
+    return lib
+
+
+def _refused_for_want_of_a_kernel() -> None:
+    """Registering at CPU is refused and leaves no override behind (even where it wrongly succeeds)."""
+    before = len(pn.overrides())
+    handle = None
+    try:
         with pytest.raises(ValueError, match="pn_test_fallback::meta_only has no kernel at CPU to fall back to"):
-            register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x)
-        assert len(pn.overrides()) == before
-        lib.impl("meta_only", lambda x: x * 2, "CPU")
-        handle = register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x * 3)
-        try:
-            assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [3.0, 3.0]
-            with pn.operations_disabled("pn_test_fallback::meta_only"):
-                assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [2.0, 2.0]
-        finally:
+            handle = register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x)
+    finally:
+        if handle is not None:
             handle.remove()
+    assert len(pn.overrides()) == before
+
+
+def _overridden_over(lib: torch.library.Library, factor: float) -> None:
+    """With a CPU kernel (``x * factor``) the op is overridden there, and falls back to that kernel."""
+    lib.impl("meta_only", lambda x: x * factor, "CPU")
+    handle = register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x * 3)
+    try:
+        assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [3.0, 3.0]
+        with pn.operations_disabled("pn_test_fallback::meta_only"):
+            assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [factor, factor]
+    finally:
+        handle.remove()
+
+
+def test_op_of_any_namespace_needs_a_kernel_at_the_key_to_fall_back_to():
+    """The core takes an op of any namespace because it exists and has a kernel to fall back to."""
+    # A fresh op: no slot of an earlier definition of it may still wait out its grace period.
+    assert REGISTRY.settle()
+    lib = _meta_only_op()
+    try:
+        _refused_for_want_of_a_kernel()
+        _overridden_over(lib, 2.0)
     finally:
         lib._destroy()
+    assert REGISTRY.settle()
 
 
 def test_bad_callables_and_types_rejected():

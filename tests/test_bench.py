@@ -104,9 +104,33 @@ def test_calibrate_writes_a_valid_table(tmp_path, capsys):
     assert table["device"] == "cpu" or table["device"].startswith(torch.cuda.get_device_name(device))
     assert {r["op"] for r in table["rows"]} == {"_softmax", "_softmax_backward_data"}
     assert {r["bucket"] for r in table["rows"]} == {9, 11}  # 256 and 1024 elements
-    for row in table["rows"]:
-        assert row["wins"] == (row["speedup"] >= 1.0)
+    assert table["threshold"] == 1.05  # the default
+    expected = documented_wins(table["rows"], table["threshold"])
+    assert [row["wins"] for row in table["rows"]] == expected, [(r["shape"], r["speedup"]) for r in table["rows"]]
     assert str(path) in capsys.readouterr().out
+
+
+def documented_wins(rows: list[dict], threshold: float) -> list[bool]:
+    """Each row's verdict by the rule docs/benchmarks.md states ("The calibration run"): a (DSL, op,
+    dtype, width class, size bucket) wins when every shape of it beat aten by ``threshold`` and every
+    larger calibrated bucket of its class won too; the largest bucket must clear twice the margin,
+    or the next smaller one must clear the threshold too."""
+    cells: dict[tuple, dict[int, float]] = {}
+    for row in rows:
+        key = (row["dsl"], row["op"], row["dtype"], row["last_dim"] >= 4096)  # narrow or wide rows
+        cell = cells.setdefault(key, {})
+        cell[row["bucket"]] = min(cell.get(row["bucket"], float("inf")), row["speedup"])
+    won: dict[tuple, bool] = {}
+    for key, speedups in cells.items():
+        buckets = sorted(speedups)
+        larger_won = True
+        for i in range(len(buckets) - 1, -1, -1):
+            speedup = speedups[buckets[i]]
+            ok = speedup >= threshold and larger_won
+            if i == len(buckets) - 1 and i > 0:
+                ok = ok and (speedup >= 2 * threshold - 1 or speedups[buckets[i - 1]] >= threshold)
+            won[(*key, buckets[i])] = larger_won = ok
+    return [won[(row["dsl"], row["op"], row["dtype"], row["last_dim"] >= 4096, row["bucket"])] for row in rows]
 
 
 def test_table_filename():

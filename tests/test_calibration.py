@@ -15,7 +15,7 @@ import torch
 import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
-from calibration_testing import FAKE_DEVICE, table
+from calibration_testing import FAKE_DEVICE, FAKE_GPU, table
 
 import python_native_dsls.triton as backend
 from python_native import calibration
@@ -342,8 +342,12 @@ def test_register_overrides_binds_plain_conds_without_tables_and_gates_with_one(
 
     recorded.clear()
     use_table(table())
+    # The device the backend's key serves is the table's: CPU tensors report it under the
+    # interpreter (the CPU key), NVML lists it on a GPU (the CUDA key).
+    calib.gpus([FAKE_GPU])
     backend.register_overrides()
     assert "silu" not in recorded  # loses everywhere it was calibrated: never installed
+    assert "silu" in calibration.left_out()[backend.dispatch_key()]["triton"]
     assert set(recorded) == set(plain) - {"silu"}
     assert recorded["_softmax"].__wrapped__ is plain["_softmax"]  # the table speaks for it: gated
     assert all(recorded[op] is plain[op] for op in recorded if op != "_softmax")  # nothing speaks: unwrapped

@@ -11,6 +11,9 @@ import torch
 
 import python_native as pn
 
+# isort: split
+from python_native_dsls.triton import device_type
+
 pytestmark = pytest.mark.skipif(
     "_softmax" not in pn.get_dsl_operations("triton"), reason="the Triton softmax is not installed here"
 )
@@ -63,7 +66,7 @@ def fresh_dynamo():
 def test_panel_blocks_inside_compiled_functions_act_at_run_time(fresh_dynamo, mode, fn, inner, outer):
     pn.compile_mode = mode
     compiled = torch.compile(fn, backend="aot_eager")
-    x = torch.randn(4, 16)
+    x = torch.randn(4, 16, device=device_type())  # where the Triton softmax runs
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):  # the first call compiles, the second runs what was compiled

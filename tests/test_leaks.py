@@ -105,7 +105,7 @@ fns = {"register": register_remove, "toggle": toggle, "scope": scope, "trace": t
        "compile_mode": compile_mode, "bridge": bridge}
 result = dict(zip(("per_cycle", "objects_per_cycle"), measure(fns[kind], cycles)))
 if kind == "register":
-    result["torch_per_cycle"] = measure(torch_library, cycles)[0]
+    result["torch_per_cycle"], result["torch_objects_per_cycle"] = measure(torch_library, cycles)
 print(json.dumps(result))
 """
 
@@ -132,7 +132,8 @@ def test_register_remove_cycles_keep_no_more_than_torch_does(which):
             pytest.skip(compiled_front_problem())
     r = _measure("register", which)
     assert r["per_cycle"] <= max(r["torch_per_cycle"], 0) + REGISTER_MARGIN, r
-    assert r["objects_per_cycle"] < OBJECTS_BOUND, r
+    # Python objects too are compared with torch's own cycle (some torch versions keep a few per Library).
+    assert r["objects_per_cycle"] < max(r["torch_objects_per_cycle"], 0) + OBJECTS_BOUND, r
 
 
 @pytest.mark.parametrize("kind", ["toggle", "scope", "trace", "compile_mode"])

@@ -14,8 +14,11 @@ import torch
 import torch.nn.functional as F
 
 import python_native as pn
+
+# isort: split
 from python_native.bench.memory import peak_bytes
 from python_native.ops import cross_entropy_chunks
+from python_native_dsls.triton import device_type
 
 
 def reference_only():
@@ -35,12 +38,12 @@ def _reference_only(request):
         yield
 
 
-def inputs(n=64, hidden=32, vocab=100, dtype=torch.float64, bias=True):
+def inputs(n=64, hidden=32, vocab=100, dtype=torch.float64, bias=True, device="cpu"):
     torch.manual_seed(0)
-    x = torch.randn(n, hidden, dtype=dtype, requires_grad=True)
-    w = (torch.randn(vocab, hidden, dtype=dtype) / hidden**0.5).requires_grad_(True)
-    b = torch.randn(vocab, dtype=dtype, requires_grad=True) if bias else None
-    t = torch.randint(0, vocab, (n,))
+    x = torch.randn(n, hidden, dtype=dtype, device=device, requires_grad=True)
+    w = (torch.randn(vocab, hidden, dtype=dtype, device=device) / hidden**0.5).requires_grad_(True)
+    b = torch.randn(vocab, dtype=dtype, device=device, requires_grad=True) if bias else None
+    t = torch.randint(0, vocab, (n,), device=device)
     t[::4] = -100
     return x, w, t, b
 
@@ -50,7 +53,7 @@ def inputs(n=64, hidden=32, vocab=100, dtype=torch.float64, bias=True):
 @pytest.mark.parametrize(("reduction", "label_smoothing"), [("mean", 0.0), ("sum", 0.2), ("none", 0.1)])
 def test_reference_equals_the_unfused_path_in_float64(monkeypatch, budget, shape, reduction, label_smoothing):
     monkeypatch.setattr(cross_entropy_chunks, "MIN_CHUNK_ELEMENTS", budget)
-    x, w, t, b = inputs(*shape)
+    x, w, t, b = inputs(*shape, device=device_type())  # where the (switched-off) Triton override sits
     options = {"reduction": reduction, "label_smoothing": label_smoothing}
     with pn.trace() as trace:
         got = pn.linear_cross_entropy(x, w, t, b, **options)

@@ -17,6 +17,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX = "import torch; torch.softmax(torch.randn(4, 8), -1)"
 
 
+def _torch_reads_logs_after_autoload() -> bool:
+    """Whether ``import torch`` parses ``TORCH_LOGS`` after it autoloads its backends (torch 2.13 on).
+
+    Before, it parses them first: a name only a backend registers (``python_native_compile``)
+    is refused while ``import torch`` runs, whatever the backend does.
+    """
+    import torch
+
+    source = Path(torch.__file__).read_text(encoding="utf-8")
+    autoload, parse = source.rfind("_import_device_backends()"), source.rfind("_logging._init_logs()")
+    return 0 <= autoload < parse
+
+
+LOGS_AFTER_AUTOLOAD = _torch_reads_logs_after_autoload()
+
+
 def run(code: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
     environ.update({"PYTHONPATH": str(ROOT), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1", **env})
@@ -45,8 +61,12 @@ def test_info_level_shows_the_summary_without_per_override_lines():
 
 
 def test_the_package_imported_before_torch_registers_its_names_in_time():
-    """``import python_native`` imports torch, which autoloads the half-imported package itself."""
-    lines = "\n".join(ours(run("import python_native", TORCH_LOGS="+python_native,python_native_compile")))
+    """``import python_native`` imports torch, which autoloads the half-imported package itself.
+
+    A torch that parses ``TORCH_LOGS`` before autoloading takes ``+python_native`` as a module name
+    (as documented); ``python_native_compile`` it cannot know yet."""
+    setting = "+python_native,python_native_compile" if LOGS_AFTER_AUTOLOAD else "+python_native"
+    lines = "\n".join(ours(run("import python_native", TORCH_LOGS=setting)))
     assert "python_native: triton installed" in lines
 
 
@@ -58,6 +78,9 @@ def test_nothing_new_is_printed_by_default():
 
 @pytest.mark.parametrize("how", ["env", "set_logs"])
 def test_compile_events_name_op_variant_key_and_seconds(how):
+    if how == "env" and not LOGS_AFTER_AUTOLOAD:
+        pytest.skip("this torch parses TORCH_LOGS before it autoloads backends (before 2.13): "
+                    "python_native_compile is not registered yet; set_logs switches it on")
     if how == "env":
         proc = run(SOFTMAX + "; torch.softmax(torch.randn(4, 8), -1)", TORCH_LOGS="python_native_compile")
     else:

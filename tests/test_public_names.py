@@ -8,7 +8,12 @@ import pytest
 import torch
 
 import python_native as pn
+
+# isort: split
 from conftest import TEST_DSL, always
+from python_native_dsls.triton import device_type
+
+DEVICE = device_type()  # where the Triton overrides run: their inputs must live there to reach them
 
 requires_triton_softmax = pytest.mark.skipif(
     not {"_softmax", "_softmax_backward_data", "native_layer_norm"} <= set(pn.get_dsl_operations("triton")),
@@ -18,7 +23,7 @@ requires_triton_softmax = pytest.mark.skipif(
 
 def _softmax_outcomes() -> dict[str, str]:
     """Each softmax op's outcome for one forward and backward of ``torch.softmax`` (Triton's kernels)."""
-    x = torch.randn(4, 32, requires_grad=True)
+    x = torch.randn(4, 32, device=DEVICE, requires_grad=True)
     with pn.trace() as t:
         torch.softmax(x, -1).sum().backward()
     return {e.op: e.outcome for e in t.events if e.op in ("_softmax", "_softmax_backward_data")}
@@ -67,8 +72,8 @@ def test_enabling_a_backward_name_leaves_the_forward_off():
 
 @requires_triton_softmax
 def test_layer_norm_public_name_covers_native_layer_norm_and_its_backward():
-    norm = torch.nn.LayerNorm(32)
-    x = torch.randn(4, 32, requires_grad=True)
+    norm = torch.nn.LayerNorm(32, device=DEVICE)
+    x = torch.randn(4, 32, device=DEVICE, requires_grad=True)
 
     def outcomes():
         with pn.trace() as t:

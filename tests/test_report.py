@@ -138,10 +138,27 @@ def test_trace_prints_its_events(overrides, x):
     assert long.table(limit=None).count(handle.name) == 50
 
 
-def test_report_says_which_calibration_table_is_in_force(tmp_path, monkeypatch):
-    from python_native import calibration, report
+def test_report_says_which_calibration_table_is_in_force(calib, tmp_path):
+    """None while no table (nor the portable policy's evidence) speaks for this process's device;
+    the table's path once one for that device is in the folder PYTHON_NATIVE_CALIBRATION names."""
+    from calibration_testing import FAKE_DEVICE, table
 
-    monkeypatch.setenv(calibration.ENV_VAR, str(tmp_path))
+    from python_native import calibration
+
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    calib.env(folder)  # an empty folder, and no shipped table (``calib``): no evidence anywhere
     data = report.collect()
-    assert data["calibration"]["source"] == f"{calibration.ENV_VAR}={tmp_path}"
+    assert data["calibration"]["source"] == f"{calibration.ENV_VAR}={folder}"
+    assert data["calibration"]["in_force"] is None
     assert "Calibration" in report.render(data) and "in force here: none" in report.render(data)
+
+    if backend.device_type() == "cuda":
+        torch.cuda.init()  # a GPU process has a device once CUDA is initialised
+    calib.device(FAKE_DEVICE)  # this process's device, whichever it is, is the table's
+    path = folder / "fake.json"
+    path.write_text(json.dumps(table()))
+    calibration.reset()
+    data = report.collect()
+    assert data["calibration"]["in_force"] == str(path)
+    assert f"in force here: {path}" in report.render(data)

@@ -8,8 +8,13 @@ import pytest
 import torch
 
 import python_native as pn
+
+# isort: split
 from conftest import TEST_DSL, always, marked_sub
 from python_native import codegen
+from python_native_dsls.triton import device_type
+
+DEVICE = device_type()  # where the Triton overrides run (their tests' inputs live there)
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
@@ -162,10 +167,10 @@ def test_a_calibration_gate_decline_names_calibration(overrides, calib):
 def test_bmm_with_an_inner_dimension_says_not_an_outer_product():
     if "bmm" not in pn.get_dsl_operations("triton"):
         pytest.skip("the Triton bmm override is not installed here")
-    a, b = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    a, b = torch.randn(2, 3, 4, device=DEVICE), torch.randn(2, 4, 5, device=DEVICE)
     with pn.trace() as t:
         out = torch.bmm(a, b)
-        torch.bmm(torch.randn(2, 3, 1), torch.randn(2, 1, 5))
+        torch.bmm(torch.randn(2, 3, 1, device=DEVICE), torch.randn(2, 1, 5, device=DEVICE))
     torch.testing.assert_close(out, a @ b)
     assert [(e.op, e.outcome) for e in t.events] == [("bmm", "fallback"), ("bmm", "override")]
     assert t.events[0].reason.startswith("triton: not an outer product: inner dimension K = 4 > 1")
@@ -177,15 +182,19 @@ def _triton_installed(op: str) -> None:
         pytest.skip(f"the Triton {op} override is not installed here")
 
 
+def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype, device=DEVICE)
+
+
 @pytest.mark.parametrize("op, call, reason", [
-    ("_softmax", lambda: torch.softmax(torch.randn(4, 8, dtype=torch.float64), -1), "dtype float64"),
-    ("_softmax", lambda: torch.softmax(torch.randn(4, 8), 0), "dim 0 is not the last dim of size > 1"),
-    ("native_layer_norm", lambda: torch.nn.functional.layer_norm(torch.randn(2, 70000), (70000,)),
+    ("_softmax", lambda: torch.softmax(_randn(4, 8, dtype=torch.float64), -1), "dtype float64"),
+    ("_softmax", lambda: torch.softmax(_randn(4, 8), 0), "dim 0 is not the last dim of size > 1"),
+    ("native_layer_norm", lambda: torch.nn.functional.layer_norm(_randn(2, 70000), (70000,)),
      "rows of width 70000 exceed the kernel's 16384"),
-    ("native_layer_norm", lambda: torch.nn.functional.layer_norm(torch.randn(4, 8), (8,), torch.ones(16)[::2]),
+    ("native_layer_norm", lambda: torch.nn.functional.layer_norm(_randn(4, 8), (8,), torch.ones(16, device=DEVICE)[::2]),
      "weight is not contiguous"),
-    ("silu", lambda: torch.nn.functional.silu(torch.randn(4, 8)[:, ::2]), "layout: not dense"),
-    ("gelu", lambda: torch.nn.functional.gelu(torch.randn(4, 8).double()), "dtype float64"),
+    ("silu", lambda: torch.nn.functional.silu(_randn(4, 8)[:, ::2]), "layout: not dense"),
+    ("gelu", lambda: torch.nn.functional.gelu(_randn(4, 8).double()), "dtype float64"),
 ])
 def test_the_triton_ops_explain_their_declines(op, call, reason):
     _triton_installed(op)
@@ -199,7 +208,7 @@ def test_the_triton_ops_explain_their_declines(op, call, reason):
 def test_rms_norm_explains_its_declines_where_it_is_not_installed():
     from python_native_dsls.triton.ops import rms_norm
 
-    x = torch.randn(4, 8)
+    x = _randn(4, 8)
     assert rms_norm.rms_norm_explain(x.double(), (8,), None, None).startswith("dtype float64")
     assert rms_norm.rms_norm_explain(x, (4,), None, None) == "normalized_shape (4,) is not the trailing shape of (4, 8)"
-    assert rms_norm.rms_norm_explain(x, (8,), torch.ones(4), None) == "weight shape (4,) is not (8,)"
+    assert rms_norm.rms_norm_explain(x, (8,), torch.ones(4, device=DEVICE), None) == "weight shape (4,) is not (8,)"

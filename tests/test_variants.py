@@ -15,7 +15,10 @@ import pytest
 import torch
 
 import python_native as pn
+
+# isort: split
 from conftest import always
+from python_native_dsls.triton import device_type
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
@@ -164,8 +167,8 @@ def test_triton_softmax_long_row_variants():
     if not any(o.dsl == "triton" and o.op == "_softmax" for o in pn.overrides()):
         pytest.skip("the Triton softmax override is not installed here")
     assert {"split", "streamed"} <= set(next(o for o in pn.overrides() if o.op == "_softmax").variants)
-    x = torch.randn(2, 20000, requires_grad=True)
-    grad = torch.randn(2, 20000)
+    x = torch.randn(2, 20000, device=device_type(), requires_grad=True)  # where the Triton overrides run
+    grad = torch.randn(2, 20000, device=device_type())
     expected = torch.softmax(x.detach(), -1)
     ref = x.detach().clone().requires_grad_()
     with pn.override_variant("softmax", "aten"):

@@ -9,6 +9,7 @@ this machine are not installed at all (``leave_out``, asked by ``dsl_support.reg
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 _UNRESOLVED = object()
 _suspended = False  # True while `bench --calibrate` measures: every gate lets the override run
-_gate_caches: list[dict] = []  # every gate's resolved verdicts, emptied by reset()
+# Every live gate, whose resolved verdicts reset() empties; weak, so a removed override's gate goes with it.
+_gates: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 # op -> {dsl -> its own cond}: the gated overrides of each op, so a gate can ask whether a faster rival serves.
 _gated_conds: dict[str, dict[str, Callable[..., bool]]] = {}
 _left_out: dict[str, dict[str, dict[str, str]]] = {}  # dispatch key -> dsl -> op -> why
@@ -75,7 +77,6 @@ def gated(
     rivals = _gated_conds.setdefault(op, {})
     rivals[dsl] = getattr(cond, "__wrapped__", cond)
     resolved: dict[Any, dict[int, Any]] = {}  # dtype -> device index (-1: CPU) -> verdicts
-    _gate_caches.append(resolved)
 
     def calibrated_cond(*args: Any, **kwargs: Any) -> Any:
         # The verdict first: where the override loses (small, host-bound calls, mostly) the call
@@ -138,6 +139,8 @@ def gated(
     calibrated_cond.calibrated_op = op  # type: ignore[attr-defined]
     calibrated_cond.decline_masks = decline_masks  # type: ignore[attr-defined]
     calibrated_cond.explain = explain_decline  # type: ignore[attr-defined]
+    calibrated_cond.resolved = resolved  # type: ignore[attr-defined]
+    _gates.add(calibrated_cond)
     return calibrated_cond
 
 
@@ -245,8 +248,8 @@ def gated_dsls(op: str) -> list[str]:
 def reset() -> None:
     """Forget every table, resolution and resolved verdict; re-select the routers."""
     resolve.forget()
-    for cache in _gate_caches:
-        cache.clear()
+    for gate in list(_gates):
+        gate.resolved.clear()
     refresh()
 
 

@@ -146,7 +146,10 @@ def unregister_entry(slot: Slot) -> None:
     if slot.library is None:
         return
     extensions.notify(extensions.SLOT_UNREGISTERING, slot)
-    keepalive = torch.library.get_kernel(slot.op_name, slot.dispatch_key)  # our router's holder
+    try:
+        keepalive = torch.library.get_kernel(slot.op_name, slot.dispatch_key)  # our router's holder
+    except RuntimeError:  # the op's schema is gone (its library destroyed): no call can reach it now
+        keepalive = None
     library, slot.library = slot.library, None
     library._destroy()
     GRAVEYARD.bury(keepalive, slot)

@@ -23,8 +23,14 @@ TOL = {torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat1
 
 
 @pytest.fixture(autouse=True)
-def seeded() -> None:
+def seeded_and_enabled():
+    """The CuTe DSL overrides are installed switched off (opt-in): these tests switch them on."""
     torch.manual_seed(0)
+    was = pn.cutedsl.enabled
+    pn.cutedsl.enable()
+    yield
+    if not was:
+        pn.cutedsl.disable()
 
 
 def make(*shape: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
@@ -204,7 +210,7 @@ def test_second_process_loads_from_the_disk_cache(tmp_path):
         "torch.cuda.synchronize()\n"
         "print(len(compiler._functions))\n"
     )
-    env = {**os.environ, "PYTHON_NATIVE_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "PYTHON_NATIVE_CACHE_DIR": str(tmp_path), "PYTHON_NATIVE_CUTEDSL": "1"}
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr[-3000:]

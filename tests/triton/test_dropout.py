@@ -62,7 +62,13 @@ def test_native_dropout_mask_output_and_gradient(dtype, layout):
     with pn.trace() as t:
         y, mask = torch.native_dropout(x, 0.4, True)
         y.backward(torch.ones_like(y))
-    assert _fired(t, FWD) and _fired(t, BWD)
+    assert _fired(t, FWD)
+    # At the CUDA key the backward takes only a gradient dense in its suggested memory format:
+    # aten's CUDA kernel gives its result that layout, not a transposed gradient's own.
+    if ON_GPU and layout == "transposed":
+        assert {(e.dsl, e.outcome) for e in t.events if e.op == BWD} == {(None, "fallback")}
+    else:
+        assert _fired(t, BWD)
     with pn.triton.disabled():
         ref_y, ref_mask = torch.native_dropout(x.detach(), 0.4, True)
     assert mask.dtype == ref_mask.dtype == torch.bool

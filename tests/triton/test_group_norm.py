@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, Run, compare, make, requires_triton, run, seeded, unmeasured_installed  # noqa: F401
+from triton_testing import DEVICE, DTYPES, Run, compare, make, requires_triton, run, seeded, unmeasured_installed  # noqa: F401
 
 import python_native as pn
 
@@ -96,7 +96,7 @@ def test_backward_respects_output_mask(mask, with_weight):
         with pn.triton.disabled():
             ref = torch.ops.aten.native_group_norm_backward(*args)
     else:  # aten's CPU kernel fails on parameter gradients without a weight: plain torch ops instead
-        wide = [t.double().requires_grad_() for t in (x, torch.ones(6), torch.zeros(6))]
+        wide = [t.double().requires_grad_() for t in (x, torch.ones(6, device=DEVICE), torch.zeros(6, device=DEVICE))]
         _reference(*wide[:1], 3, *wide[1:]).backward(dy.double())
         ref = [t.grad.float() if wanted else None for t, wanted in zip(wide, mask, strict=True)]
     for g, r, wanted in zip(got, ref, mask, strict=True):
@@ -165,7 +165,7 @@ def test_negative_eps_gives_nan_as_aten():
 
 def test_out_variant():
     x, w, b = make(2, 6, 4, 4, requires_grad=False), make(6, requires_grad=False), make(6, requires_grad=False)
-    outs = [torch.empty(0), torch.empty(0), torch.empty(0)]
+    outs = [torch.empty(0, device=DEVICE) for _ in range(3)]
     with pn.trace() as t:
         torch.ops.aten.native_group_norm.out(x, w, b, 2, 6, 16, 3, 1e-5, out0=outs[0], out1=outs[1], out2=outs[2])
     assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == "native_group_norm.out"}
@@ -184,6 +184,21 @@ def test_declined_inputs_fall_back(case):
         x = make(2, 8, 3, 3, dtype=torch.bfloat16)
     elif case == "empty_batch":
         x = make(0, 8, 3, 3)
+    try:
+        with pn.triton.disabled():
+            F.group_norm(x.detach(), 4, w.detach())
+    except RuntimeError as error:  # aten's CUDA kernel refuses a weight of another dtype than the input
+        aten_error = str(error)
+    else:
+        aten_error = None
+    if case == "mixed_weight_dtype" and aten_error is not None:
+        with pn.trace() as t, pytest.raises(RuntimeError) as error:
+            F.group_norm(x, 4, w)
+        assert str(error.value) == aten_error  # declined: aten's own error, not one of the kernel's
+        outcomes = {(e.dsl, e.outcome) for e in t.events if e.op == FWD}
+        assert outcomes == {(None, "fallback")} and not [e for e in t.events if e.dsl == "triton"]
+        return
+    assert aten_error is None, aten_error
     result = run(lambda x, w: F.group_norm(x, 4, w), [x, w])
     assert result.fell_back(FWD) and not result.triton_events()
 

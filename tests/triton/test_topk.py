@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import DTYPES, compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DEVICE, DTYPES, compare, make, requires_triton, run, seeded, unmeasured_installed  # noqa: F401
 
 import python_native as pn
 from python_native_dsls.triton.ops import topk as topk_ops
 from python_native_dsls.triton.plans import select
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.usefixtures("unmeasured_installed")]  # topk is unmeasured
 
 NAN, INF = float("nan"), float("inf")
 
@@ -66,7 +66,7 @@ def test_strided_inputs_and_method_and_out_forms():
         assert fired == ["topk"]
         assert_topk_contract(x, 5, dim, True, values, indices)
     x = make(4, 30, requires_grad=False)
-    out = (torch.empty(0), torch.empty(0, dtype=torch.int64))
+    out = (torch.empty(0, device=DEVICE), torch.empty(0, dtype=torch.int64, device=DEVICE))
     result, fired = traced(lambda: torch.topk(x, 6, largest=False, out=out))
     assert fired == ["topk.values"] and result.values is out[0] and result.indices is out[1]
     assert_topk_contract(x, 6, -1, False, *out)
@@ -88,11 +88,13 @@ def test_nan_ranks_above_inf_as_in_aten(k):
 
 
 def test_ties_take_the_lowest_index_first():
-    x = torch.tensor([[1.0, 2.0, 2.0, 2.0, 1.0, 3.0, 2.0], [0.0] * 7])
-    (values, indices), _ = traced(lambda: torch.topk(x, 3))
+    x = torch.tensor([[1.0, 2.0, 2.0, 2.0, 1.0, 3.0, 2.0], [0.0] * 7], device=DEVICE)
+    (values, indices), fired = traced(lambda: torch.topk(x, 3))
+    assert fired == ["topk"]  # the kernel's order, not aten's (which promises none among ties)
     assert values.tolist() == [[3.0, 2.0, 2.0], [0.0, 0.0, 0.0]]
     assert indices.tolist() == [[5, 1, 2], [0, 1, 2]]
-    (values, indices), _ = traced(lambda: torch.topk(x, 3, largest=False))
+    (values, indices), fired = traced(lambda: torch.topk(x, 3, largest=False))
+    assert fired == ["topk"]
     assert values.tolist() == [[1.0, 1.0, 2.0], [0.0, 0.0, 0.0]] and indices.tolist() == [[0, 4, 1], [0, 1, 2]]
 
 
@@ -137,7 +139,7 @@ def test_gradient_matches_aten():
 
 @pytest.mark.parametrize("case", ["float64", "int32", "k above the bound", "k = 0", "0-dim", "empty"])
 def test_declined_calls_fall_back_to_aten(case):
-    x = {"float64": make(4, 30, dtype=torch.float64), "int32": torch.randint(0, 9, (4, 30), dtype=torch.int32),
+    x = {"float64": make(4, 30, dtype=torch.float64), "int32": torch.randint(0, 9, (4, 30), dtype=torch.int32, device=DEVICE),
          "k above the bound": make(2, select.K_MAX + 10), "k = 0": make(4, 30), "0-dim": make(1)[0],
          "empty": make(0, 30)}[case].detach()
     k = {"k above the bound": select.K_MAX + 1, "k = 0": 0, "0-dim": 1}.get(case, 3)
