@@ -195,6 +195,13 @@ def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
      "weight is not contiguous"),
     ("silu", lambda: torch.nn.functional.silu(_randn(4, 8)[:, ::2]), "layout: not dense"),
     ("gelu", lambda: torch.nn.functional.gelu(_randn(4, 8).double()), "dtype float64"),
+    ("native_dropout", lambda: torch.ops.aten.native_dropout(_randn(4, 8, dtype=torch.float64), 0.5, True),
+     "dtype float64"),
+    ("native_dropout", lambda: torch.ops.aten.native_dropout(_randn(4, 8), 0.5, False), "train=False"),
+    ("native_dropout_backward", lambda: torch.ops.aten.native_dropout_backward(
+        _randn(8, 4).t(), torch.ones(4, 8, dtype=torch.bool, device=DEVICE), 2.0),
+     "layout: grad and mask differ in shape or strides"),
+    ("bernoulli_.float", lambda: _randn(4, 8, dtype=torch.float64).bernoulli_(0.5), "dtype float64"),
 ])
 def test_the_triton_ops_explain_their_declines(op, call, reason):
     _triton_installed(op)

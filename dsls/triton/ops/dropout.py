@@ -30,6 +30,7 @@ from python_native_dsls.spec import OverrideSpec
 
 from ..plans.elementwise import ElementwisePlan, plan_elementwise
 from ..plans.layout import backend_device, dense_like, fits_index, on_backend
+from . import why
 
 Tensor = torch.Tensor
 _DROPOUT, _BERNOULLI, _MASKED_SCALE = 0, 1, 2  # kernel variants, part of each launch key
@@ -126,6 +127,43 @@ def dropout_backward_impl(grad_output: Tensor, mask: Tensor, scale: float, plan:
     return _kernels().run_masked_scale(grad_output, mask, plan, scale, torch.empty_like(grad_output))
 
 
+def dropout_explain(input: Tensor, p: float, train: bool | None) -> str | None:
+    """Why ``dropout_cond`` declined (asked by traced calls only)."""
+    if train is False:
+        return "train=False: aten returns a copy and an all-True mask, nothing random to draw"
+    if not 0.0 <= p <= 1.0:
+        return f"p = {p} is outside [0, 1]"
+    if p == 1.0 and backend_device() == "cuda":
+        return "p = 1 at the CUDA key: aten returns zeros without drawing (ours would keep a NaN as NaN)"
+    return why.elementwise(input)
+
+
+def dropout_backward_explain(grad_output: Tensor, mask: Tensor, scale: float) -> str | None:
+    """Why ``dropout_backward_cond`` declined."""
+    found = why.device(grad_output, mask) or why.dtype(grad_output, "grad dtype")
+    if found:
+        return found
+    if mask.dtype != torch.bool:
+        return f"mask dtype {why.name(mask.dtype)} (the kernel takes bool)"
+    found = why.elementwise(grad_output)
+    if found:
+        return found
+    if not dense_like(grad_output, mask):
+        return "layout: grad and mask differ in shape or strides"
+    if backend_device() == "cuda" and not _suggested_format_dense(grad_output):
+        return "layout: grad is not dense in its suggested memory format, the layout aten's CUDA kernel gives its result"
+    return None
+
+
+def bernoulli_explain(self: Tensor, p: float, *, generator: torch.Generator | None) -> str | None:
+    """Why ``bernoulli_cond`` declined."""
+    if not 0.0 <= p <= 1.0:
+        return f"p = {p} is outside [0, 1]"
+    if generator is not None and generator.device != self.device:
+        return f"generator on {generator.device}, tensor on {self.device}"
+    return why.elementwise(self)
+
+
 def bernoulli_cond(self: Tensor, p: float, *, generator: torch.Generator | None) -> ElementwisePlan | None:
     if not 0.0 <= p <= 1.0 or (generator is not None and generator.device != self.device):
         return None
@@ -141,8 +179,9 @@ def bernoulli_impl(self: Tensor, p: float, *, generator: torch.Generator | None,
 
 OVERRIDES = [
     OverrideSpec.planned("native_dropout", dropout_cond, dropout_impl, measured=False, public_name="dropout",
-                         derive_variants=("out",)),
+                         derive_variants=("out",), explain=dropout_explain),
     OverrideSpec.planned("native_dropout_backward", dropout_backward_cond, dropout_backward_impl, measured=False,
-                         public_name="dropout", backward=True, derive_variants=("out",)),
-    OverrideSpec.planned("bernoulli_.float", bernoulli_cond, bernoulli_impl, measured=False),
+                         public_name="dropout", backward=True, derive_variants=("out",),
+                         explain=dropout_backward_explain),
+    OverrideSpec.planned("bernoulli_.float", bernoulli_cond, bernoulli_impl, measured=False, explain=bernoulli_explain),
 ]
