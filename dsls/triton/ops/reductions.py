@@ -31,14 +31,16 @@ import torch
 from python_native.speckey import MISSING, SpecializationCache
 from python_native_dsls.spec import OverrideSpec
 
-from ..plans.layout import on_backend
 from ..plans.reduce import MAX, MEAN, MIN, PROD, SUM, ReducePlan, accumulator, reduce_plan, reduce_view
+from . import why
 
 Tensor = torch.Tensor
 
 FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 INTS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 _HALF = frozenset({torch.float16, torch.bfloat16})
+_COMPARABLE = why.names(FLOATS | INTS)
+_SUMMABLE = why.names(FLOATS | INTS | {torch.bool})
 
 # op -> (code, returns values, returns the index)
 OPS = {
@@ -56,54 +58,77 @@ def _kernels() -> ModuleType:
     return reductions
 
 
-def sum_dtypes(src: torch.dtype, dtype: torch.dtype | None, mean: bool) -> tuple[torch.dtype, torch.dtype | None] | None:
+def sum_dtypes(src: torch.dtype, dtype: torch.dtype | None, mean: bool) -> tuple[torch.dtype, torch.dtype | None] | str:
     """``(result dtype, cast applied to each element first)`` of a sum or mean the kernels compute
-    exactly as aten does, or None."""
+    exactly as aten does, else why not (a str: the traced reason of the decline)."""
     integral = src in INTS or src == torch.bool
     if not (integral or src in FLOATS):
-        return None
+        return f"dtype {why.name(src)} (the kernels sum {_SUMMABLE})"
     if dtype is None or dtype == src:
         if src in FLOATS:
             return src, None
-        return None if mean or dtype == torch.bool else (torch.int64 if dtype is None else src, None)
+        if mean:
+            return f"mean of {why.name(src)} without a float dtype="
+        if dtype == torch.bool:
+            return "dtype=bool (the kernels sum bools into int64)"
+        return torch.int64 if dtype is None else src, None
     if dtype in INTS:  # integers only from integers: wrapping in int64 then truncating is aten's wrap
-        return (dtype, None) if integral and not mean else None
+        if not integral:
+            return f"dtype={why.name(dtype)} from {why.name(src)}: the kernels cast to integers only from integers"
+        return f"mean to the integer dtype={why.name(dtype)}" if mean else (dtype, None)
     if dtype not in FLOATS:
-        return None
+        return f"dtype={why.name(dtype)} (the kernels take {_SUMMABLE})"
     if integral:  # one rounding from an integer: only where no fp32 intermediate rounds first
-        return (dtype, dtype) if dtype in (torch.float32, torch.float64) else None
+        if dtype in (torch.float32, torch.float64):
+            return dtype, dtype
+        return f"dtype={why.name(dtype)} from {why.name(src)}: not rounded as aten rounds"
     if dtype in _HALF and (src in _HALF or src == torch.float32):
         return dtype, dtype  # one rounding of an fp32-exact value
     if src == torch.float64 and dtype == torch.float32:
         return dtype, dtype
     if accumulator(dtype).itemsize >= src.itemsize and dtype.itemsize > src.itemsize:
         return dtype, None  # widening: the accumulator reads every element exactly
-    return None
+    return f"dtype={why.name(dtype)} from {why.name(src)}: not rounded as aten rounds"
 
 
-def _build(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype | None) -> ReducePlan | None:
-    """The launch plan of a call the kernels take, else None (metadata only)."""
-    if not on_backend(x) or x.layout != torch.strided or x.ndim == 0 or not -x.ndim <= dim < x.ndim:
-        return None
+# The conds' checks, once: ``_build`` (behind the plan cache) declines exactly where this gives a
+# reason, and the traced explanations (``_why``) report that reason.
+def _plan_or_why(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype | None) -> ReducePlan | str:
+    """The launch plan of a call the kernels take, else why not (metadata only)."""
+    found = why.device(x)
+    if found:
+        return found
+    if x.layout != torch.strided:
+        return f"layout {str(x.layout).removeprefix('torch.')} (the kernels take strided tensors)"
+    if x.ndim == 0:
+        return "a 0-d input"
+    if not -x.ndim <= dim < x.ndim:
+        return f"dim {dim} is out of range for a {x.ndim}-d input"
     if x.numel() == 0:
-        return None
+        return "empty input"
     code, values, index = OPS[op]
     if code in (SUM, MEAN, PROD):
         dtypes = sum_dtypes(x.dtype, dtype, code == MEAN)
-        if dtypes is None:
-            return None
+        if dtypes.__class__ is str:
+            return dtypes
         out_dtype, cast = dtypes
     elif x.dtype in FLOATS or x.dtype in INTS:
         out_dtype, cast = x.dtype, None
     else:
-        return None
+        return f"dtype {why.name(x.dtype)} (the {op} kernels take {_COMPARABLE})"
     dim %= x.ndim
     view = reduce_view(x, dim)
     if view is None:
-        return None
+        return f"layout: the dims before dim {dim} or those after it do not collapse to one strided axis"
     shape = tuple(x.shape)
     out_shape = shape[:dim] + ((1,) if keepdim else ()) + shape[dim + 1 :]
     return reduce_plan(code, view, out_shape, out_dtype if values else None, index, cast, accumulator(out_dtype))
+
+
+def _build(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype | None) -> ReducePlan | None:
+    """The launch plan of a call the kernels take, else None."""
+    plan = _plan_or_why(op, x, dim, keepdim, dtype)
+    return None if plan.__class__ is str else plan
 
 
 _PLANS: SpecializationCache[ReducePlan | None] = SpecializationCache(_build, 4096)
@@ -178,6 +203,53 @@ def min_cond(self: Tensor, dim: int, keepdim: bool = False):
     return plan_for("min", self, dim, keepdim)
 
 
+def _why(op: str, x: Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None = None) -> str | None:
+    """Why the cond of ``op`` declined (asked by traced calls only): the plan builder's own reason."""
+    if dim is None or isinstance(dim, (list, tuple)):  # ``int[1]?`` or optional dims: exactly one
+        one = _one(dim)
+        if one is None:
+            return f"dim={None if dim is None else list(dim)}: the kernels reduce over exactly one dim"
+        dim = one
+    found = _plan_or_why(op, x, dim, keepdim, dtype)
+    return found if found.__class__ is str else None
+
+
+def sum_explain(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> str | None:
+    return _why("sum", self, dim, keepdim, dtype)
+
+
+def mean_explain(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> str | None:
+    return _why("mean", self, dim, keepdim, dtype)
+
+
+def prod_explain(self: Tensor, dim: int, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> str | None:
+    return _why("prod", self, dim, keepdim, dtype)
+
+
+def amax_explain(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> str | None:
+    return _why("amax", self, dim, keepdim)
+
+
+def amin_explain(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> str | None:
+    return _why("amin", self, dim, keepdim)
+
+
+def argmax_explain(self: Tensor, dim: int | None = None, keepdim: bool = False) -> str | None:
+    return _why("argmax", self, dim, keepdim)
+
+
+def argmin_explain(self: Tensor, dim: int | None = None, keepdim: bool = False) -> str | None:
+    return _why("argmin", self, dim, keepdim)
+
+
+def max_explain(self: Tensor, dim: int, keepdim: bool = False) -> str | None:
+    return _why("max", self, dim, keepdim)
+
+
+def min_explain(self: Tensor, dim: int, keepdim: bool = False) -> str | None:
+    return _why("min", self, dim, keepdim)
+
+
 def sum_impl(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None,
              plan: ReducePlan | None = None) -> Tensor:
     return _run("sum", self, dim, keepdim, dtype, plan)[0]
@@ -217,18 +289,18 @@ def min_impl(self: Tensor, dim: int, keepdim: bool = False, plan: ReducePlan | N
     return _run("min", self, dim, keepdim, None, plan)
 
 
-def _spec(op: str, cond, impl) -> OverrideSpec:
-    return OverrideSpec.planned(op, cond, impl, measured=False, derive_variants=("out",))
+def _spec(op: str, cond, impl, explain) -> OverrideSpec:
+    return OverrideSpec.planned(op, cond, impl, measured=False, derive_variants=("out",), explain=explain)
 
 
 OVERRIDES = [
-    _spec("sum.dim_IntList", sum_cond, sum_impl),
-    _spec("mean.dim", mean_cond, mean_impl),
-    _spec("prod.dim_int", prod_cond, prod_impl),
-    _spec("amax", amax_cond, amax_impl),
-    _spec("amin", amin_cond, amin_impl),
-    _spec("argmax", argmax_cond, argmax_impl),
-    _spec("argmin", argmin_cond, argmin_impl),
-    _spec("max.dim", max_cond, max_impl),
-    _spec("min.dim", min_cond, min_impl),
+    _spec("sum.dim_IntList", sum_cond, sum_impl, sum_explain),
+    _spec("mean.dim", mean_cond, mean_impl, mean_explain),
+    _spec("prod.dim_int", prod_cond, prod_impl, prod_explain),
+    _spec("amax", amax_cond, amax_impl, amax_explain),
+    _spec("amin", amin_cond, amin_impl, amin_explain),
+    _spec("argmax", argmax_cond, argmax_impl, argmax_explain),
+    _spec("argmin", argmin_cond, argmin_impl, argmin_explain),
+    _spec("max.dim", max_cond, max_impl, max_explain),
+    _spec("min.dim", min_cond, min_impl, min_explain),
 ]

@@ -27,86 +27,127 @@ from typing import Any
 
 import torch
 
-from python_native.speckey import MISSING, SpecializationCache
+from python_native.speckey import SpecializationCache
 from python_native_dsls.spec import OverrideSpec
 
-from ..plans.layout import dense_like, on_backend
+from ..plans.layout import dense_like
 from ..plans.scatter import DTYPES, Axes, ScatterPlan, axes, contiguous_strides, scatter_plan, span
+from . import why
 
 Tensor = torch.Tensor
 _deterministic = torch.are_deterministic_algorithms_enabled
+_DTYPES = why.names(DTYPES)
 
 
-def _alpha(alpha: Any, dtype: torch.dtype) -> Any:
-    """``alpha`` as the kernel scales by it (None: 1, no scaling), or MISSING to decline."""
+# The conds' checks, once: the cached plan builders (``_scatter_plan``, ``_index_plan``) decline
+# exactly where the ``..._or_why`` functions below give a reason, and the traced explanations
+# (``scatter_add_explain`` and the rest) report that reason.
+def _alpha_or_why(alpha: Any, dtype: torch.dtype) -> Any:
+    """``alpha`` as the kernel scales by it (None: 1, no scaling), or why not (a str)."""
     cls = alpha.__class__
     if dtype.is_floating_point:
         if cls is not int and cls is not float:
-            return MISSING
+            return f"alpha of type {cls.__name__} (the kernel takes an int or float alpha)"
         if alpha == 1:
             return None
         if dtype == torch.float64:  # the kernel's float argument is a float32
             try:
                 if struct.unpack("f", struct.pack("f", alpha))[0] != alpha:
-                    return MISSING
+                    return f"alpha = {alpha!r} is not exact in float32 (the kernel scales float64 by a float32)"
             except OverflowError:
-                return MISSING
+                return f"alpha = {alpha!r} overflows float32 (the kernel scales float64 by a float32)"
         return float(alpha)
     if cls is not int:
-        return MISSING
+        return f"alpha of type {cls.__name__} for {why.name(dtype)} (integer types take an int alpha)"
     bits = 31 if dtype == torch.int32 else 63
-    return None if alpha == 1 else alpha if -(2**bits) <= alpha < 2**bits else MISSING
+    if not -(2**bits) <= alpha < 2**bits:
+        return f"alpha = {alpha} is outside {why.name(dtype)}"
+    return None if alpha == 1 else alpha
 
 
 def _finish(self: Tensor, dim: int, space: tuple[int, ...], index: Axes | None, source: Tensor,
-            inplace: bool, alpha: Any, index_t: Tensor) -> ScatterPlan | None:
-    """The plan over ``space`` once the op's own checks passed (None: declined)."""
+            inplace: bool, alpha: Any, index_t: Tensor) -> ScatterPlan | str:
+    """The plan over ``space`` once the op's own checks passed, else why not."""
     acc = torch.float32 if self.dtype in (torch.float16, torch.bfloat16) else self.dtype
     direct = inplace and acc == self.dtype  # adds straight into self
     if direct and not dense_like(self):
-        return None
+        return "layout: self is not dense (in place, the kernel adds into it directly)"
     out = axes(space, self.stride() if direct else contiguous_strides(self.shape), dim)
     src = axes(space, source.stride(), dim)
-    if index is None or out is None or src is None:
-        return None
+    for what, found in (("index", index), ("self", out), ("source", src)):
+        if found is None:
+            return f"layout: {what}'s dims before dim {dim} or those after it do not collapse to one strided axis"
     spans = tuple(span(t.shape, t.stride()) * t.element_size() for t in (self, index_t, source))
     return scatter_plan(space, dim, self.shape[dim], index, src, out, self.dtype, alpha, spans)
 
 
-def _common(self: Any, dim: int, index: Any, source: Any) -> int | None:
-    """``dim`` wrapped where the three are tensors the kernel could take; else None."""
-    if not (isinstance(index, Tensor) and isinstance(source, Tensor) and on_backend(self, index, source)):
-        return None
+def _common(self: Any, dim: int, index: Any, source: Any) -> int | str:
+    """``dim`` wrapped where the three are tensors the kernel could take; else why not."""
+    for what, t in (("index", index), ("source", source)):
+        if not isinstance(t, Tensor):
+            return f"{what} is a {t.__class__.__name__} (the kernel takes a tensor)"
+    found = why.device(self, index, source)
+    if found:
+        return found
     n = self.ndim
-    if self.dtype not in DTYPES or source.dtype != self.dtype or n == 0 or source.ndim != n or not -n <= dim < n:
-        return None
+    if self.dtype not in DTYPES:
+        return f"dtype {why.name(self.dtype)} (the kernel takes {_DTYPES})"
+    if source.dtype != self.dtype:
+        return f"source dtype {why.name(source.dtype)} differs from self's {why.name(self.dtype)}"
+    if n == 0:
+        return "a 0-d self"
+    if source.ndim != n:
+        return f"a {source.ndim}-d source for a {n}-d self"
+    if not -n <= dim < n:
+        return f"dim {dim} is out of range for a {n}-d self"
     return dim % n
 
 
-def _scatter_plan(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool) -> ScatterPlan | None:
+def _scatter_plan_or_why(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool) -> ScatterPlan | str:
     dim = _common(self, dim, index, src)
-    if dim is None or index.dtype != torch.int64 or index.ndim != self.ndim:
-        return None
+    if dim.__class__ is str:
+        return dim
+    if index.dtype != torch.int64:
+        return f"index dtype {why.name(index.dtype)} (scatter_add takes int64)"
+    if index.ndim != self.ndim:
+        return f"a {index.ndim}-d index for a {self.ndim}-d self"
     space = tuple(index.shape)
     for d, size in enumerate(space):
-        if size > src.shape[d] or (d != dim and size > self.shape[d]):
-            return None
+        if size > src.shape[d]:
+            return f"index size {size} exceeds the source's {src.shape[d]} at dim {d}"
+        if d != dim and size > self.shape[d]:
+            return f"index size {size} exceeds self's {self.shape[d]} at dim {d}"
     return _finish(self, dim, space, axes(space, index.stride(), dim), src, inplace, None, index)
 
 
-def _index_plan(self: Tensor, dim: int, index: Tensor, source: Tensor, inplace: bool, alpha: Any) -> ScatterPlan | None:
+def _index_plan_or_why(self: Tensor, dim: int, index: Tensor, source: Tensor, inplace: bool,
+                       alpha: Any) -> ScatterPlan | str:
     dim = _common(self, dim, index, source)
-    if dim is None or index.dtype not in (torch.int32, torch.int64) or index.ndim != 1:
-        return None
-    if source.shape[dim] != index.shape[0] or any(
-        a != b for d, (a, b) in enumerate(zip(self.shape, source.shape, strict=True)) if d != dim
-    ):
-        return None
-    alpha = _alpha(alpha, self.dtype)
-    if alpha is MISSING:
-        return None
+    if dim.__class__ is str:
+        return dim
+    if index.dtype not in (torch.int32, torch.int64):
+        return f"index dtype {why.name(index.dtype)} (the kernel takes int32, int64)"
+    if index.ndim != 1:
+        return f"a {index.ndim}-d index (index_add takes 1-d)"
+    if source.shape[dim] != index.shape[0]:
+        return f"{source.shape[dim]} source slices along dim {dim} for {index.shape[0]} indices"
+    if any(a != b for d, (a, b) in enumerate(zip(self.shape, source.shape, strict=True)) if d != dim):
+        return f"source shape {tuple(source.shape)} differs from self's {tuple(self.shape)} outside dim {dim}"
+    alpha = _alpha_or_why(alpha, self.dtype)
+    if alpha.__class__ is str:
+        return alpha
     space = tuple(source.shape)
     return _finish(self, dim, space, Axes(0, index.stride(0), 0), source, inplace, alpha, index)
+
+
+def _scatter_plan(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool) -> ScatterPlan | None:
+    plan = _scatter_plan_or_why(self, dim, index, src, inplace)
+    return None if plan.__class__ is str else plan
+
+
+def _index_plan(self: Tensor, dim: int, index: Tensor, source: Tensor, inplace: bool, alpha: Any) -> ScatterPlan | None:
+    plan = _index_plan_or_why(self, dim, index, source, inplace, alpha)
+    return None if plan.__class__ is str else plan
 
 
 _SCATTER: SpecializationCache[ScatterPlan | None] = SpecializationCache(_scatter_plan, 4096)
@@ -137,6 +178,21 @@ def _apart(self: Tensor, index: Tensor, source: Tensor, plan: ScatterPlan | None
     return plan
 
 
+# Mirrors ``_apart`` (which stays a bare check: it runs on every in-place call).
+def _apart_why(self: Tensor, index: Tensor, source: Tensor, plan: ScatterPlan) -> str | None:
+    """Why ``_apart`` declines the in-place call that ``plan`` would serve."""
+    for t in (self, index, source):
+        if t.__class__ is not Tensor:
+            return f"in place on a {t.__class__.__name__}: its memory cannot be told apart from the others'"
+    start = self.data_ptr()
+    end = start + plan.spans[0]
+    for what, t, length in (("index", index, plan.spans[1]), ("source", source, plan.spans[2])):
+        other = t.data_ptr()
+        if other < end and start < other + length:
+            return f"in place: self overlaps {what} in memory"
+    return None
+
+
 def scatter_plan_for(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool = False) -> ScatterPlan | None:
     """The plan of a ``scatter_add`` call (cached per layout), or None to decline."""
     if self.dtype.is_floating_point and _deterministic():
@@ -155,6 +211,44 @@ def index_plan_for(self: Tensor, dim: int, index: Tensor, source: Tensor, alpha:
         return _index_plan(self, dim, index, source, inplace, alpha)
     key = (*_key(self, dim, index, source, inplace), alpha.__class__, alpha)
     return _INDEX.get(key, self, dim, index, source, inplace, alpha)
+
+
+_DETERMINISTIC = "deterministic algorithms are on: the kernel's float atomics add in no fixed order"
+
+
+# Mirror ``scatter_plan_for`` and ``index_plan_for`` (the deterministic check, then the plan).
+def _scatter_why(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool) -> str | None:
+    if self.dtype.is_floating_point and _deterministic():
+        return _DETERMINISTIC
+    plan = _scatter_plan_or_why(self, dim, index, src, inplace)
+    if plan.__class__ is str:
+        return plan
+    return _apart_why(self, index, src, plan) if inplace else None
+
+
+def _index_why(self: Tensor, dim: int, index: Tensor, source: Tensor, alpha: Any, inplace: bool) -> str | None:
+    if self.dtype.is_floating_point and _deterministic():
+        return _DETERMINISTIC
+    plan = _index_plan_or_why(self, dim, index, source, inplace, alpha)
+    if plan.__class__ is str:
+        return plan
+    return _apart_why(self, index, source, plan) if inplace else None
+
+
+def scatter_add_explain(self: Tensor, dim: int, index: Tensor, src: Tensor) -> str | None:
+    return _scatter_why(self, dim, index, src, False)
+
+
+def scatter_add__explain(self: Tensor, dim: int, index: Tensor, src: Tensor) -> str | None:
+    return _scatter_why(self, dim, index, src, True)
+
+
+def index_add_explain(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> str | None:
+    return _index_why(self, dim, index, source, alpha, False)
+
+
+def index_add__explain(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> str | None:
+    return _index_why(self, dim, index, source, alpha, True)
 
 
 def scatter_add_cond(self: Tensor, dim: int, index: Tensor, src: Tensor) -> ScatterPlan | None:
@@ -233,8 +327,11 @@ def index_add__impl(self: Tensor, dim: int, index: Tensor, source: Tensor, *, al
 # The functional ops derive their out= forms (the result copied into out); the in-place ones add
 # straight into self, which a derived variant could not (it would add into a copy, then copy back).
 OVERRIDES = [
-    OverrideSpec.planned("scatter_add", scatter_add_cond, scatter_add_impl, measured=False, derive_variants=("out",)),
-    OverrideSpec.planned("scatter_add_", scatter_add__cond, scatter_add__impl, measured=False),
-    OverrideSpec.planned("index_add", index_add_cond, index_add_impl, measured=False, derive_variants=("out",)),
-    OverrideSpec.planned("index_add_", index_add__cond, index_add__impl, measured=False),
+    OverrideSpec.planned("scatter_add", scatter_add_cond, scatter_add_impl, measured=False, derive_variants=("out",),
+                         explain=scatter_add_explain),
+    OverrideSpec.planned("scatter_add_", scatter_add__cond, scatter_add__impl, measured=False,
+                         explain=scatter_add__explain),
+    OverrideSpec.planned("index_add", index_add_cond, index_add_impl, measured=False, derive_variants=("out",),
+                         explain=index_add_explain),
+    OverrideSpec.planned("index_add_", index_add__cond, index_add__impl, measured=False, explain=index_add__explain),
 ]

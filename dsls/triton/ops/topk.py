@@ -23,25 +23,37 @@ from types import ModuleType
 import torch
 
 from python_native.speckey import MISSING, SpecializationCache
-from python_native_dsls.layout import float_dtype
 from python_native_dsls.spec import OverrideSpec
 
-from ..plans.layout import on_backend
 from ..plans.select import TopkPlan, rows_along, topk_plan
+from . import why
 
 Tensor = torch.Tensor
 
 
-def _plan(self: Tensor, k: int, dim: int, largest: bool) -> TopkPlan | None:
-    """The launch plan where the kernels take the call, else None (metadata only)."""
-    if not (on_backend(self) and float_dtype(self)) or self.ndim == 0 or not -self.ndim <= dim < self.ndim:
-        return None
+# The cond's checks, once: ``_plan`` (behind the plan cache) declines exactly where this gives a
+# reason, and the traced explanation (``topk_explain``) reports that reason.
+def _plan_or_why(self: Tensor, k: int, dim: int, largest: bool) -> TopkPlan | str:
+    """The launch plan where the kernels take the call, else why not (metadata only)."""
+    found = why.device(self) or why.dtype(self)
+    if found:
+        return found
+    if self.ndim == 0:
+        return "a 0-d input"
+    if not -self.ndim <= dim < self.ndim:
+        return f"dim {dim} is out of range for a {self.ndim}-d input"
     dim %= self.ndim
     shape = tuple(self.shape)
     rows = rows_along(shape, tuple(self.stride()), dim)
     if rows is None:
-        return None
+        return f"layout: the dims before dim {dim} or those after it do not collapse to one strided axis"
     return topk_plan(rows, k, bool(largest), shape[:dim] + (k,) + shape[dim + 1 :])
+
+
+def _plan(self: Tensor, k: int, dim: int, largest: bool) -> TopkPlan | None:
+    """The launch plan where the kernels take the call, else None."""
+    plan = _plan_or_why(self, k, dim, largest)
+    return None if plan.__class__ is str else plan
 
 
 _PLANS: SpecializationCache[TopkPlan | None] = SpecializationCache(_plan, 4096)
@@ -57,6 +69,14 @@ def topk_cond(self: Tensor, k: int, dim: int, largest: bool, _sorted: bool) -> T
     key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu, k, dim, largest)
     plan = _lookup(key, MISSING)
     return _PLANS.get(key, self, k, dim, largest) if plan is MISSING else plan
+
+
+def topk_explain(self: Tensor, k: int, dim: int, largest: bool, _sorted: bool) -> str | None:
+    """Why ``topk_cond`` declined (asked by traced calls only)."""
+    if k.__class__ is not int:
+        return f"k is a {k.__class__.__name__} (the kernels take a plain int k)"
+    found = _plan_or_why(self, k, dim, largest)
+    return found if found.__class__ is str else None
 
 
 @functools.cache
@@ -77,5 +97,6 @@ def topk_impl(self: Tensor, k: int, dim: int, largest: bool, _sorted: bool,
 
 
 OVERRIDES = [
-    OverrideSpec.planned("topk", topk_cond, topk_impl, measured=False, derive_variants=("out",)),
+    OverrideSpec.planned("topk", topk_cond, topk_impl, measured=False, derive_variants=("out",),
+                         explain=topk_explain),
 ]

@@ -7,7 +7,7 @@ helper returns the first failing check's reason, or None where its checks pass.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -15,11 +15,17 @@ from python_native_dsls.layout import FLOAT_DTYPES, Rows, normalized_axis, view_
 
 from ..plans.layout import MAX_INDEX, MAX_NORM_COLS, backend_device, dense_like, on_backend, row_fits
 
-_FLOATS = ", ".join(sorted(str(d).removeprefix("torch.") for d in FLOAT_DTYPES))
-
 
 def name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def names(dtypes: Iterable[torch.dtype]) -> str:
+    """``dtypes`` as a sorted list in words (``"bfloat16, float16, float32"``)."""
+    return ", ".join(sorted(name(d) for d in dtypes))
+
+
+_FLOATS = names(FLOAT_DTYPES)
 
 
 def device(*tensors: torch.Tensor | None) -> str | None:

@@ -38,6 +38,7 @@ INTERPRETER_PROGRAMS = 4
 WARPS = 8
 
 _serials = itertools.count()
+_FLOATS = ", ".join(sorted(str(d).removeprefix("torch.") for d in FLOAT_DTYPES))
 
 
 class ChannelView(NamedTuple):
@@ -118,12 +119,16 @@ def _memory_format(x: torch.Tensor) -> torch.memory_format | None:
     return fmt if x.is_contiguous(memory_format=fmt) else None
 
 
-def _build(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_index: int) -> GroupNormPlan | None:
-    if not shape_ok(x, n, c, hw, groups):
-        return None
+# The cond's checks of the input, once: ``_build`` (behind the plan cache) declines exactly where
+# this gives a reason, and the ops' traced explanations report that reason.
+def plan_or_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_index: int) -> GroupNormPlan | str:
+    """The plan where the kernels take ``x`` with these size arguments, else why not (a str)."""
+    found = shape_why(x, n, c, hw, groups)
+    if found:
+        return found
     fmt = _memory_format(x)
     if fmt is None:
-        return None
+        return "layout: not dense in the memory format aten gives the output (contiguous or channels-last)"
     channels_last = fmt in (torch.channels_last, torch.channels_last_3d)
     view = ChannelView(n, c, hw, hw * c, 1, c) if channels_last else ChannelView(n, c, hw, c * hw, hw, 1)
     cg = c // groups
@@ -142,19 +147,35 @@ def _build(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_index: 
     )
 
 
+def _build(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_index: int) -> GroupNormPlan | None:
+    plan = plan_or_why(x, n, c, hw, groups, device_index)
+    return None if plan.__class__ is str else plan
+
+
 _PLANS: SpecializationCache[GroupNormPlan | None] = SpecializationCache(_build, 4096)
 _lookup = _PLANS.lookup
 _Tensor = torch.Tensor
 
 
-def shape_ok(x: torch.Tensor, n: int, c: int, hw: int, groups: int) -> bool:
-    """``x`` is a float ``N x C x *`` tensor matching the op's size arguments, within the kernels' limits."""
-    if x.dtype not in FLOAT_DTYPES or x.ndim < 2 or groups <= 0 or n <= 0 or c <= 0 or hw <= 0 or c % groups:
-        return False
+def shape_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int) -> str | None:
+    """Why ``x`` is not a float ``N x C x *`` tensor matching the op's size arguments within the
+    kernels' limits (None: it is)."""
+    if x.dtype not in FLOAT_DTYPES:
+        return f"dtype {str(x.dtype).removeprefix('torch.')} (the kernels take {_FLOATS})"
+    if x.ndim < 2:
+        return f"a {x.ndim}-d input (the kernels take N x C x *)"
+    if groups <= 0:
+        return f"group = {groups}"
+    if n <= 0 or c <= 0 or hw <= 0:
+        return f"empty input (N = {n}, C = {c}, HxW = {hw})"
+    if c % groups:
+        return f"C = {c} is not divisible by group = {groups}"
     shape = x.shape
     if shape[0] != n or shape[1] != c or x.numel() != n * c * hw:
-        return False
-    return c * hw <= MAX_INDEX  # in-sample offsets are int32; samples are addressed with int64
+        return f"N = {n}, C = {c}, HxW = {hw} do not match the input's shape {tuple(shape)}"
+    if c * hw > MAX_INDEX:  # in-sample offsets are int32; samples are addressed with int64
+        return f"samples of {c * hw} elements exceed the kernels' int32 offsets"
+    return None
 
 
 def group_norm_plan(x: torch.Tensor, n: int, c: int, hw: int, groups: int) -> GroupNormPlan | None:
@@ -179,3 +200,19 @@ def view_of(t: torch.Tensor, n: int, c: int, hw: int) -> ChannelView | None:
     if (c - 1) * strides[1] + (hw - 1) * spatial[1] > MAX_INDEX:
         return None
     return ChannelView(n, c, hw, strides[0], strides[1], spatial[1])
+
+
+# Mirrors ``view_of`` (which stays a bare check: the backward's cond runs it on every call).
+def view_why(t: torch.Tensor, n: int, c: int, hw: int, what: str = "grad_out") -> str | None:
+    """Why ``view_of(t, n, c, hw)`` is None (None: it is not)."""
+    if t.ndim < 2 or t.shape[0] != n or t.shape[1] != c:
+        return f"{what} shape {tuple(t.shape)} is not N x C x * with N = {n}, C = {c}"
+    strides = t.stride()
+    spatial = collapse(t.shape[2:], strides[2:]) if t.ndim > 2 else (1, 1)
+    if spatial is None:
+        return f"layout: {what}'s spatial dims do not collapse to one stride"
+    if spatial[0] != hw:
+        return f"{what} has {spatial[0]} spatial positions, not HxW = {hw}"
+    if (c - 1) * strides[1] + (hw - 1) * spatial[1] > MAX_INDEX:
+        return f"{what}'s in-sample offsets exceed int32"
+    return None

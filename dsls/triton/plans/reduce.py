@@ -130,14 +130,16 @@ _serials = itertools.count()
 def reduce_plan(
     op: int, v: ReduceView, out_shape: tuple[int, ...], values_dtype: torch.dtype | None, with_index: bool,
     cast_dtype: torch.dtype | None, acc_dtype: torch.dtype,
-) -> ReducePlan | None:
-    """The launches for ``v``, or None where the kernels' index arithmetic or grid would overflow."""
-    if not (0 < v.n_red <= MAX_INDEX and v.n_outer > 0 and v.n_inner > 0):
-        return None
-    if (v.n_red - 1) * v.red_stride > MAX_INDEX and v.n_inner == 1:
-        return None  # the row kernel's in-row offsets are int32
+) -> ReducePlan | str:
+    """The launches for ``v``, or why not (a str) where the kernels' index arithmetic or grid would overflow."""
+    if not (v.n_red > 0 and v.n_outer > 0 and v.n_inner > 0):
+        return "empty input"
+    if v.n_red > MAX_INDEX:
+        return f"a reduced dim of {v.n_red} elements exceeds the kernels' int32 offsets"
+    if (v.n_red - 1) * v.red_stride > MAX_INDEX and v.n_inner == 1:  # the row kernel's in-row offsets are int32
+        return f"in-row offsets exceed int32: {v.n_red} elements {v.red_stride} apart"
     if (v.n_inner - 1) * v.inner_stride > MAX_INDEX:
-        return None
+        return f"inner offsets exceed int32: {v.n_inner} columns {v.inner_stride} apart"
     serial = next(_serials)
     if v.n_inner == 1:
         first = _row_stage(v.n_outer, v.n_red, with_index, 1)
@@ -151,7 +153,7 @@ def reduce_plan(
                           first, second, serial)
     first = _col_stage(v, v.n_red, with_index, 1)
     if first.grid[1] > MAX_GRID_YZ:
-        return None
+        return f"{first.grid[1]} blocks of inner columns exceed CUDA's grid limit of {MAX_GRID_YZ}"
     n_slices, length = _slicing(first.grid[0] * first.grid[1], v.n_red, first.block_a, first.block_b)
     if n_slices == 1:
         return ReducePlan(op, v, out_shape, values_dtype, with_index, cast_dtype, acc_dtype, False, 1, v.n_red,

@@ -84,8 +84,8 @@ _serials = itertools.count()
 
 
 def scatter_plan(space: Sequence[int], dim: int, target_size: int, index: Axes, source: Axes, out: Axes,
-                 dtype: torch.dtype, alpha: int | float | None, spans: tuple[int, ...]) -> ScatterPlan | None:
-    """Tiles and grid over an iteration space ``space``, or None where the kernel cannot take it."""
+                 dtype: torch.dtype, alpha: int | float | None, spans: tuple[int, ...]) -> ScatterPlan | str:
+    """Tiles and grid over an iteration space ``space``, or why not (a str) where the kernel cannot take it."""
     dim_size = space[dim]
     outer = 1
     for size in space[:dim]:
@@ -93,8 +93,10 @@ def scatter_plan(space: Sequence[int], dim: int, target_size: int, index: Axes, 
     inner = 1
     for size in space[dim + 1 :]:
         inner *= size
-    if outer * dim_size * inner == 0 or target_size == 0 or inner > MAX_INNER:
-        return None
+    if outer * dim_size * inner == 0 or target_size == 0:
+        return "empty input"
+    if inner > MAX_INNER:
+        return f"{inner} elements after dim {dim} exceed the kernel's grid limit of {MAX_INNER}"
     block_i = min(next_power_of_2(inner), MAX_BLOCK_INNER)
     n_rows = outer * dim_size
     block_r = min(next_power_of_2(n_rows), max(1, TILE // block_i))

@@ -92,15 +92,23 @@ def _stage(from_x: bool, final: bool, width: int, block: int, n_rows: int) -> St
     return Stage(from_x, final, width, block, n_chunks, block_m, (cdiv(n_rows, block_m), n_chunks), warps)
 
 
-def topk_plan(rows: RowsAlong, k: int, largest: bool, out_shape: tuple[int, ...]) -> TopkPlan | None:
-    """The stages of a top-k over ``rows``, or None where the kernels cannot take it."""
-    if not (0 < k <= min(rows.n_cols, K_MAX) and rows.n_rows > 0 and rows.n_cols <= MAX_COLS):
-        return None
+def topk_plan(rows: RowsAlong, k: int, largest: bool, out_shape: tuple[int, ...]) -> TopkPlan | str:
+    """The stages of a top-k over ``rows``, or why not (a str) where the kernels cannot take it."""
+    if k < 1:
+        return f"k = {k} (the kernels take 1 <= k <= {K_MAX})"
+    if k > K_MAX:
+        return f"k = {k} exceeds the kernels' limit of {K_MAX}"
+    if k > rows.n_cols:
+        return f"k = {k} exceeds the dim's size {rows.n_cols}"
+    if rows.n_rows == 0:
+        return "empty input"
+    if rows.n_cols > MAX_COLS:
+        return f"rows of {rows.n_cols} elements exceed the kernels' int32 columns (at most {MAX_COLS})"
     stages, width, from_x = [], rows.n_cols, True
     while width > ONE_PASS:
         stage = _stage(from_x, False, width, max(CHUNK, next_power_of_2(4 * k)), rows.n_rows)
         if stage.n_chunks > MAX_CHUNKS:
-            return None
+            return f"{stage.n_chunks} chunks of a row exceed CUDA's grid limit of {MAX_CHUNKS}"
         stages.append(stage)
         width, from_x = stage.n_chunks * k, False
     stages.append(_stage(from_x, True, width, next_power_of_2(width), rows.n_rows))
