@@ -29,6 +29,7 @@ from python_native.switches import Switches
 from python_native.tracing import Trace, TraceHub
 
 log = logging.getLogger("python_native")
+_REFRESHED = extensions.SLOT_REFRESHED  # the listeners' list itself (changed in place, never rebound)
 
 
 class Registry:
@@ -294,8 +295,12 @@ class Registry:
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
         slot.active, slot.traced = tuple(active), traced
-        if extensions.SLOT_REFRESHED:
-            extensions.notify(extensions.SLOT_REFRESHED, slot)
+        if _REFRESHED:  # extensions.notify, written out: a toggle refreshes twice
+            for fn in _REFRESHED:
+                try:
+                    fn(slot)
+                except Exception:
+                    log.exception("python_native: listener %r raised", fn)
 
     def _refresh_names(self, kind: str, names: Sequence[str]) -> None:
         for slot in self.index.slots(kind, names):

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 import torch
@@ -66,7 +66,8 @@ class _Front:
         self.reason = ""
         self.error: str | None = None
         self.fronts: dict[Any, Any] = {}  # slot -> its C++ front
-        self.applied: dict[Any, tuple] = {}  # slot -> (mode, masks) last set
+        self.applied: dict[Any, tuple] = {}  # slot -> the masks last set (gated mode)
+        self.mode_cells: dict[Any, memoryview] = {}  # slot -> its front's mode, as one writable uint32
         self.graveyard: list[tuple[float, Any]] = []  # uninstalled fronts, kept while calls may be inside
         self.scalar_types: dict[str, int] = {}
 
@@ -121,7 +122,9 @@ def _use(module: ModuleType, path: Path) -> None:
 def _attach(module: ModuleType, path: Path) -> None:
     if _state.module is not None:
         return
+    global _PYTHON, _FALLBACK
     _state.module, _state.path = module, path
+    _PYTHON, _FALLBACK = (module.MODE_PYTHON, ()), (module.MODE_FALLBACK, ())
     _state.scalar_types = dict(module.scalar_types())
     extensions.OWN_REGISTRATIONS.append(f"registered at {module.MARKER}:")
 
@@ -194,11 +197,15 @@ def _registered(slot: Any) -> None:
     )
     front.install()
     _state.fronts[slot] = front
+    _state.mode_cells[slot] = front.mode_view().cast("I")
     _state.applied.pop(slot, None)
     _refreshed(slot)
 
 
 def _unregistering(slot: Any) -> None:
+    cell = _state.mode_cells.pop(slot, None)
+    if cell is not None:
+        cell.release()  # no write can reach the front once it is let go
     front = _state.fronts.pop(slot, None)
     _state.applied.pop(slot, None)
     if front is None:
@@ -215,34 +222,52 @@ def _sweep() -> None:
 
 
 def _refreshed(slot: Any) -> None:
-    front = _state.fronts.get(slot)
-    if front is None:
+    # Runs twice per toggle of the slot's switches: the common modes cost a dict read, the decision
+    # and a store into the mode's bytes.
+    cell = _state.mode_cells.get(slot)
+    if cell is None:
         return
-    mode, masks = _decide(slot)
-    if _state.applied.get(slot) == (mode, masks):
-        return
+    mode, masks = _FALLBACK if not slot.active and not slot.traced else _decide(slot)
     if masks:
-        front.set_masks(list(masks))
-    front.set_mode(mode)
-    _state.applied[slot] = (mode, masks)
+        if cell[0] != mode or _state.applied.get(slot) != masks:
+            front = _state.fronts[slot]
+            front.set_masks(list(masks))
+            front.set_mode(mode)  # its release store publishes the masks with the mode
+            _state.applied[slot] = masks
+    elif cell[0] != mode:
+        cell[0] = mode
+
+
+_PYTHON: tuple[int, tuple] = (-1, ())  # the two decisions without masks, set when a build is attached
+_FALLBACK: tuple[int, tuple] = (-1, ())
+
+
+def _attribute(fn: Any, name: str) -> Any:
+    """``getattr(fn, name, None)``; a plain function's attributes can only be in its ``__dict__``,
+    read without the exception a missing one raises inside ``getattr``."""
+    return fn.__dict__.get(name) if type(fn) is FunctionType else getattr(fn, name, None)
 
 
 def _decide(slot: Any) -> tuple[int, tuple]:
     """The front's mode for ``slot`` now, and the masks of calls every active override declines."""
     m = _state.module
     if slot.traced:
-        return m.MODE_PYTHON, ()
+        return _PYTHON
     if not slot.active:
-        return m.MODE_FALLBACK, ()
-    device = _device_key(slot.dispatch_key)
+        return _FALLBACK
+    device: str | None | bool = False  # looked up once, where the first gate offers masks
     combined: dict[str, list[int]] | None = None
     for o in slot.active:
-        if o.unconditional or getattr(o.routed_impl, "python_native_sees_every_call", False):
-            return m.MODE_PYTHON, ()
-        masks_of = getattr(o.routed_cond, "decline_masks", None)
-        masks = masks_of(device) if callable(masks_of) and device is not None else None
+        if o.unconditional or _attribute(o.routed_impl, "python_native_sees_every_call"):
+            return _PYTHON
+        masks_of = _attribute(o.routed_cond, "decline_masks")
+        if not callable(masks_of):
+            return _PYTHON
+        if device is False:
+            device = _device_key(slot.dispatch_key)
+        masks = masks_of(device) if device is not None else None
         if not masks:
-            return m.MODE_PYTHON, ()
+            return _PYTHON
         if combined is None:
             combined = {dtype: [narrow, wide] for dtype, (narrow, wide) in masks.items()}
         else:  # a call is surely declined only where every active override declines it
@@ -253,7 +278,7 @@ def _decide(slot: Any) -> tuple[int, tuple]:
         for dtype, (narrow, wide) in sorted(combined.items())
         if (narrow or wide) and _DTYPE_NAMES.get(dtype) in _state.scalar_types
     )
-    return (m.MODE_GATED, entries) if entries else (m.MODE_PYTHON, ())
+    return (m.MODE_GATED, entries) if entries else _PYTHON
 
 
 def _device_key(dispatch_key: str) -> str | None:
