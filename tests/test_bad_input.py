@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -39,51 +41,56 @@ def test_bad_names_rejected():
         register(TEST_DSL, "aten", "rms_norm", "CPU", always, marked_sub)
 
 
-def _meta_only_op() -> torch.library.Library:
-    """``pn_test_fallback::meta_only``: an op with a Meta kernel and none at CPU."""
+_fresh_names = itertools.count()
+
+
+def _meta_only_op(name: str) -> torch.library.Library:
+    """``pn_test_fallback::<name>``: an op with a Meta kernel and none at CPU."""
     lib = torch.library.Library("pn_test_fallback", "FRAGMENT")
     try:
-        lib.define("meta_only(Tensor x) -> Tensor")
-        lib.impl("meta_only", lambda x: torch.empty_like(x), "Meta")
+        lib.define(f"{name}(Tensor x) -> Tensor")
+        lib.impl(name, lambda x: torch.empty_like(x), "Meta")
     except BaseException:
         lib._destroy()
         raise
     return lib
 
 
-def _refused_for_want_of_a_kernel() -> None:
+def _refused_for_want_of_a_kernel(name: str) -> None:
     """Registering at CPU is refused and leaves no override behind (even where it wrongly succeeds)."""
     before = len(pn.overrides())
     handle = None
     try:
-        with pytest.raises(ValueError, match="pn_test_fallback::meta_only has no kernel at CPU to fall back to"):
-            handle = register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x)
+        with pytest.raises(ValueError, match=f"pn_test_fallback::{name} has no kernel at CPU to fall back to"):
+            handle = register(TEST_DSL, "pn_test_fallback", name, "CPU", always, lambda x: x)
     finally:
         if handle is not None:
             handle.remove()
     assert len(pn.overrides()) == before
 
 
-def _overridden_over(lib: torch.library.Library, factor: float) -> None:
+def _overridden_over(lib: torch.library.Library, name: str, factor: float) -> None:
     """With a CPU kernel (``x * factor``) the op is overridden there, and falls back to that kernel."""
-    lib.impl("meta_only", lambda x: x * factor, "CPU")
-    handle = register(TEST_DSL, "pn_test_fallback", "meta_only", "CPU", always, lambda x: x * 3)
+    lib.impl(name, lambda x: x * factor, "CPU")
+    handle = register(TEST_DSL, "pn_test_fallback", name, "CPU", always, lambda x: x * 3)
+    op = getattr(torch.ops.pn_test_fallback, name)
     try:
-        assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [3.0, 3.0]
-        with pn.operations_disabled("pn_test_fallback::meta_only"):
-            assert torch.ops.pn_test_fallback.meta_only(torch.ones(2)).tolist() == [factor, factor]
+        assert op(torch.ones(2)).tolist() == [3.0, 3.0]
+        with pn.operations_disabled(f"pn_test_fallback::{name}"):
+            assert op(torch.ones(2)).tolist() == [factor, factor]
     finally:
         handle.remove()
 
 
 def test_op_of_any_namespace_needs_a_kernel_at_the_key_to_fall_back_to():
     """The core takes an op of any namespace because it exists and has a kernel to fall back to."""
-    # A fresh op: no slot of an earlier definition of it may still wait out its grace period.
-    assert REGISTRY.settle()
-    lib = _meta_only_op()
+    # A name never defined before in this process (each front's run defines its own): an op destroyed
+    # and defined again under the same name while a slot on it waits out its grace is another case.
+    name = f"meta_only_{next(_fresh_names)}"
+    lib = _meta_only_op(name)
     try:
-        _refused_for_want_of_a_kernel()
-        _overridden_over(lib, 2.0)
+        _refused_for_want_of_a_kernel(name)
+        _overridden_over(lib, name, 2.0)
     finally:
         lib._destroy()
     assert REGISTRY.settle()
