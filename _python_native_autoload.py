@@ -14,7 +14,7 @@ def mount() -> None:
 
         # Torch reads TORCH_LOGS right after this returns. When ``import python_native`` is what is
         # importing torch, the package above is only half-initialised: its log names are registered here.
-        import python_native.logs  # noqa: F401
+        import python_native.foundations.logs  # noqa: F401
     except Exception:
         logging.getLogger("python_native").exception(
             "python_native could not be loaded; torch.backends.python_native is torch's own"

@@ -12,7 +12,7 @@ targets ignored), in one process, on the same inputs:
 - *fused, reference*: the same call with the override switched off, the chunked reference in plain torch;
 - *Liger-Kernel*: its fused linear cross-entropy, where installed (GPU).
 
-Peak memory is the most the call holds at once beyond the inputs (``python_native.bench.memory``:
+Peak memory is the most the call holds at once beyond the inputs (``python_native.tools.bench.memory``:
 CUDA's allocator statistics, or on CPU the allocator events torch's profiler records); it includes
 the gradients the call leaves behind, which every variant produces alike. Time is the median of
 ``--repeat`` runs after a warm-up (CUDA events around the call on a GPU). Ratios are against *unfused*.
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 import python_native as pn
-from python_native.bench.memory import peak_bytes
+from python_native.tools.bench.memory import peak_bytes
 
 
 def parse() -> argparse.Namespace:

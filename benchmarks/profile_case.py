@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     import python_native as pn
-    from python_native import bench
+    from python_native.tools import bench
 
     op, mode, shape, dtype = argv[0], argv[1], tuple(int(s) for s in argv[2].split("x")), getattr(torch, argv[3])
     case = bench.Case(op, mode, shape, dtype)

@@ -32,7 +32,7 @@ import torch
 from packaging.version import Version
 
 import python_native as pn
-from python_native import calibration, front
+from python_native.features import calibration, front
 
 warnings.filterwarnings("ignore")
 
@@ -125,7 +125,7 @@ def in_tree_toggle(number: int, repeat: int) -> float | None:
         import torch._native.registry as tn
     except ImportError:
         return None
-    from python_native import native_bridge
+    from python_native.features import native_bridge
 
     with native_bridge.standalone():
         tn.register_op_override("bench", "aten", "rsub.Tensor", "CPU", accept, impl)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.speckey import SpecializationCache
+from python_native.foundations.speckey import SpecializationCache
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 

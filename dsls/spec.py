@@ -1,7 +1,7 @@
 """What a backend's op library declares, and the fallback check both backends make before installing it.
 
 Backend-neutral and light (no DSL import): the op modules of every backend list ``OverrideSpec``s,
-and ``python_native.dsl_support.register_specs`` installs them.
+and ``python_native.panel.dsl_support.register_specs`` installs them.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ class OverrideSpec:
 
     ``measured=False`` marks an override no GPU has timed against aten yet. Never slower than aten
     is the rule on GPUs, so at a GPU key it is installed only where a calibration table in force
-    has evidence for it (``python_native.dsl_support.unmeasured_reason``); under Triton's
+    has evidence for it (``python_native.panel.dsl_support.unmeasured_reason``); under Triton's
     interpreter (the CPU key) it is installed as any other.
 
     ``public_name`` is the name a PyTorch user types for the op (``"softmax"`` for ``_softmax``
     and for its backward, ``"layer_norm"`` for ``native_layer_norm``...); ``backward`` marks the
     op as the backward of the forward declared under the same name. The panel's switches accept
-    the public name and cover the forward and backward with it (see ``python_native.public_names``).
+    the public name and cover the forward and backward with it (see ``python_native.foundations.public_names``).
 
     ``explain(*args, **kwargs) -> str | None`` says why ``cond`` declines a call (``"dtype float64"``);
     traced routers ask it on a decline, never an untraced call (see ``register_op_override``).
@@ -70,7 +70,8 @@ def runtime_import(dsl: str) -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        from python_native import codegen, dsl_support
+        from python_native.foundations import codegen
+        from python_native.panel import dsl_support
 
         if isinstance(e, codegen.OverrideUnavailable):
             raise

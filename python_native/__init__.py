@@ -27,27 +27,23 @@ import torch
 # ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
 # dispatch core when imported: all of them, before any override registers. ``ops`` declares the
 # operators the package adds outside aten, before backends attach overrides to them.
-from python_native import logs  # noqa: F401
+from python_native.foundations import logs  # noqa: F401
 
 # isort: split
-from python_native import (  # noqa: F401
-    _bootstrap,
-    _module,
-    calibration,
-    checked,
-    compiled,
-    dsl_registry,
-    front,
-    native_bridge,
-    ops,
-    public_names,
-    snapshot,
-    speckey,
-    uncompiled,
-)
-from python_native.checked import OverrideMismatch
-from python_native.choices import get_override_variant, override_variant, set_override_variant
-from python_native.controller import (
+from python_native import ops  # noqa: F401
+from python_native.core import variants as _variants
+from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
+from python_native.core.registry import REGISTRY
+from python_native.features import calibration, checked, compiled, front, native_bridge  # noqa: F401
+from python_native.features.checked import OverrideMismatch
+from python_native.foundations import dsl_registry, public_names, speckey, uncompiled
+from python_native.foundations.tracing import Trace, TraceEvent
+from python_native.ops import linear_cross_entropy
+from python_native.panel import bootstrap as _bootstrap
+from python_native.panel import mounting as _module
+from python_native.panel import snapshot
+from python_native.panel.choices import get_override_variant, override_variant, set_override_variant
+from python_native.panel.controller import (
     DSLController,
     Scope,
     dispatch_key_names,
@@ -56,11 +52,6 @@ from python_native.controller import (
     op_names,
     op_targets,
 )
-from python_native.core import variants as _variants
-from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
-from python_native.core.registry import REGISTRY
-from python_native.ops import linear_cross_entropy
-from python_native.tracing import Trace, TraceEvent
 
 __version__ = "0.1.0"
 

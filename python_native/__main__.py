@@ -1,6 +1,6 @@
 """``python -m python_native [COMMAND]``: the status report by default; each command is a module.
 
-Commands live in ``python_native.commands``, one module each with ``HELP``,
+Commands live in ``python_native.tools.commands``, one module each with ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``, imported only when chosen so that the report
 never pays for a benchmark's or a compiler's imports.
 """
@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-# name -> module under python_native.commands; the first is the default.
+# name -> module under python_native.tools.commands; the first is the default.
 COMMANDS = {
     "status": "status",
     "demo": "demo",
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
-        module = importlib.import_module(f"python_native.commands.{module_name}")
+        module = importlib.import_module(f"python_native.tools.commands.{module_name}")
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command)
         command.set_defaults(_module=module)

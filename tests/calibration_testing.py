@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from python_native import calibration, dsl_registry, nvml
-from python_native.calibration import sources
+from python_native.features import calibration
+from python_native.features.calibration import sources
+from python_native.foundations import dsl_registry, nvml
 
 FAKE_GPU = nvml.Gpu("Fake GPU 80GB", 9, 9)  # as NVML would list it
 FAKE_DEVICE = FAKE_GPU.key  # "Fake GPU 80GB/sm99"

@@ -43,7 +43,7 @@ def pytest_generate_tests(metafunc):
 @functools.cache
 def compiled_front_problem() -> str | None:
     """Build the compiled front once for the session (or find it cached); why it cannot be, else None."""
-    from python_native import front
+    from python_native.features import front
 
     try:
         front.ensure_built()
@@ -55,7 +55,7 @@ def compiled_front_problem() -> str | None:
 @pytest.fixture
 def dispatch_front(request):
     """The front serving this test (parametrized by ``both_fronts``)."""
-    from python_native import front
+    from python_native.features import front
 
     name = request.param
     if name == "compiled":
@@ -102,7 +102,7 @@ def calib(tmp_path, monkeypatch):
     """Isolated calibration sources (``calibration_testing.Sources``); everything restored afterwards."""
     from calibration_testing import Sources
 
-    from python_native import calibration
+    from python_native.features import calibration
 
     yield Sources(tmp_path, monkeypatch)
     calibration.set_device_key_fn(None)

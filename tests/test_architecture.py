@@ -19,8 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"python_native": ROOT / "python_native", "python_native_dsls": ROOT / "dsls"}
 MAX_LINES = 500
-FEATURES = ("calibration", "checked", "compiled", "native_bridge", "kernel_cache", "ops")
-TOOLS = ("bench", "verify", "report", "demo", "commands", "__main__")
+UPPER_LAYERS = ("features", "ops", "panel", "tools", "__main__")
 
 grimp = pytest.importorskip("grimp", reason="import-linter not installed (pip install -e '.[test]')")
 
@@ -45,11 +44,11 @@ def test_an_upward_import_breaks_the_contract_and_names_the_line(tmp_path: Path)
         shutil.copytree(folder, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     slots = tmp_path / "python_native" / "core" / "slots.py"
     text = slots.read_text()
-    slots.write_text(text + "\n\ndef _peek():\n    from python_native import report\n\n    return report\n")
+    slots.write_text(text + "\n\ndef _peek():\n    from python_native.tools import report\n\n    return report\n")
     line = text.count("\n") + 4
     proc = _lint_imports(tmp_path)
     assert proc.returncode != 0, proc.stdout[-4000:]
-    assert "python_native.core.slots -> python_native.report" in proc.stdout, proc.stdout[-4000:]
+    assert "python_native.core.slots -> python_native.tools.report" in proc.stdout, proc.stdout[-4000:]
     assert f"l.{line}" in proc.stdout, proc.stdout[-4000:]
 
 
@@ -102,7 +101,7 @@ def test_no_import_cycle_anywhere():
 
 def test_the_dispatch_core_imports_no_feature_and_no_tool():
     graph = _graph()
-    for upper in FEATURES + TOOLS:
+    for upper in UPPER_LAYERS:
         chain = graph.find_shortest_chain(importer="python_native.core", imported=f"python_native.{upper}",
                                           as_packages=True)
         assert chain is None, chain

@@ -15,8 +15,10 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
 import python_native_dsls.triton as backend
-from python_native import bench, calibration, env
 from python_native.__main__ import main
+from python_native.features import calibration
+from python_native.foundations import env
+from python_native.tools import bench
 
 pytestmark = pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
 ON_GPU = backend.device_type() == "cuda"
@@ -192,7 +194,7 @@ def test_calibration_measures_dropout_and_group_norm(tmp_path, capsys):
     assert {r["op"] for r in calibration.load(path)["rows"]} == (
         {"native_dropout", "native_dropout_backward", "bernoulli_.float"} if measured else set())
     # Group norm's arguments, built from a rows x columns input as the calibration run builds them.
-    from python_native.bench.calibrating import _calibration_args, aten_op
+    from python_native.tools.bench.calibrating import _calibration_args, aten_op
 
     x = torch.randn(2, 64, device=backend.device_type())
     for symbol in ("native_group_norm", "native_group_norm_backward"):

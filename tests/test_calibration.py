@@ -18,9 +18,9 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 from calibration_testing import FAKE_DEVICE, FAKE_GPU, table
 
 import python_native_dsls.triton as backend
-from python_native import calibration
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
+from python_native.features import calibration
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_never_wins_needs_every_row_for_the_devices_a_key_serves_to_lose(use_tab
     ],
 )
 def test_packaged_tables_drop_an_op_only_for_the_models_nvml_names(calib, monkeypatch, machine, dropped):
-    from python_native import nvml
+    from python_native.foundations import nvml
 
     calib.ship(table())
     monkeypatch.setattr(nvml, "device_keys", lambda: None if machine is None else frozenset(machine))
@@ -152,7 +152,7 @@ def test_packaged_tables_drop_an_op_only_for_the_models_nvml_names(calib, monkey
     ],
 )
 def test_tables_gate_only_the_keys_they_can_apply_to(calib, monkeypatch, table_device, key, machine, needed):
-    from python_native import nvml
+    from python_native.foundations import nvml
 
     path = calib.ship(table(device=table_device))
     monkeypatch.setattr(nvml, "device_keys", lambda: None if machine is None else frozenset(machine))
@@ -235,7 +235,7 @@ A100_NVML = (b"NVIDIA A100-SXM4-40GB", 8, 0, 6912, 5120, 1215, 1410)
 def test_nvml_probe_names_each_model_as_calibration_keys_them(monkeypatch, gpus, init_status, expected):
     import ctypes
 
-    from python_native import nvml
+    from python_native.foundations import nvml
 
     fake = _FakeNvml(gpus, init_status)
     monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
@@ -252,7 +252,7 @@ def test_nvml_reads_what_each_gpu_has_and_tolerates_a_driver_without_the_entry_p
     memory clock x 2; a driver lacking an entry point leaves that figure unknown, the rest stands."""
     import ctypes
 
-    from python_native import nvml
+    from python_native.foundations import nvml
 
     monkeypatch.setattr(ctypes, "CDLL", lambda name: _FakeNvml([H100_NVML, A100_NVML]))
     nvml.cache_clear()
@@ -273,7 +273,7 @@ def test_nvml_reads_what_each_gpu_has_and_tolerates_a_driver_without_the_entry_p
 
 
 def test_nvml_probe_answers_without_a_driver_or_names_models():
-    from python_native import nvml
+    from python_native.foundations import nvml
 
     keys = nvml.device_keys()
     assert keys is None or all("/sm" in key for key in keys)
@@ -379,11 +379,11 @@ def test_gate_in_the_real_dispatcher(tmp_path):
     assert lines[2] == "silu []"  # never wins on this device: not even routed
 
 
-@pytest.mark.filterwarnings("ignore::python_native.calibration.CalibrationDriftWarning")
+@pytest.mark.filterwarnings("ignore::python_native.features.calibration.CalibrationDriftWarning")
 def test_shipped_tables_are_valid_and_drop_only_the_ops_at_parity(monkeypatch):
     """Each packaged table validates; on the H100's, the elementwise ops (at parity with aten) never
     win, so a machine of H100s does not install them, while the row kernels do win somewhere."""
-    from python_native import nvml
+    from python_native.foundations import nvml
 
     paths = sorted(calibration.sources.PACKAGED_DIR.glob("*.json"))
     assert paths, "no calibration table is shipped"

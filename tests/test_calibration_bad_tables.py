@@ -17,9 +17,10 @@ import python_native as pn
 from calibration_testing import table
 
 import python_native_dsls.triton as backend
-from python_native import calibration, report
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
+from python_native.features import calibration
+from python_native.tools import report
 
 BAD = {
     "a JSON array": ("[]", "a JSON object is needed, got a JSON array"),

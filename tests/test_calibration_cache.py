@@ -19,9 +19,9 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 from calibration_testing import running, table
 
 import python_native_dsls.triton as backend
-from python_native import calibration
-from python_native.bench.progress import Progress
-from python_native.calibration import sources, store
+from python_native.features import calibration
+from python_native.features.calibration import sources, store
+from python_native.tools.bench.progress import Progress
 
 needs_triton = pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
 ON_GPU = backend.device_type() == "cuda"
@@ -135,7 +135,7 @@ def test_corrupt_and_foreign_files_in_the_cache_are_skipped_and_named(calib):
     assert "'wins' must be true or false" in skipped["cpu-wins-string.json"]["reason"]
     assert "its device is 'Other GPU/sm80'" in skipped["cpu-foreign.json"]["reason"]
     assert all("--delete-user-tables" in s["fix"] or "rename" in s["fix"] for s in skipped.values())
-    from python_native import report
+    from python_native.tools import report
 
     text = "\n".join(report.calibration_lines(info))
     assert "skipped" in text and "cpu-list.json" in text and "fix:" in text
@@ -250,7 +250,8 @@ def test_drift_is_said_once_per_process_with_the_command_to_recalibrate(tmp_path
         import warnings
         warnings.simplefilter("always")
         import torch, python_native as pn
-        from python_native import calibration, report
+        from python_native.features import calibration
+        from python_native.tools import report
         for _ in range(3):
             calibration.reset()
             pn.status()

@@ -18,8 +18,9 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 from calibration_testing import A100, B200, H100, H200, rows_winning_from, table
 
 import python_native_dsls.triton as backend
-from python_native import calibration, nvml
-from python_native.calibration import portable
+from python_native.features import calibration
+from python_native.features.calibration import portable
+from python_native.foundations import nvml
 
 REF = "Ref GPU/sm90"
 REF_PROPS = {"sm_count": 100, "memory_bandwidth_gbps": 2000.0}
@@ -287,7 +288,8 @@ def test_portable_policy_in_the_real_dispatcher(tmp_path):
     script = textwrap.dedent(f"""
         import json, pathlib, torch, python_native as pn
         import python_native_dsls.triton as backend
-        from python_native import calibration, nvml
+        from python_native.features import calibration
+        from python_native.foundations import nvml
         from python_native.core.registry import REGISTRY
         calibration.sources.PACKAGED_DIR = pathlib.Path({str(tmp_path)!r})
         fake = nvml.Gpu("Target GPU", 9, 0, sm_count=100, memory_bus_width_bits=4000, memory_clock_mhz=4000)

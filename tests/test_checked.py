@@ -12,8 +12,8 @@ import torch
 
 import python_native as pn
 from conftest import always, marked_sub
-from python_native.checked import OverrideMismatch
 from python_native.core.registry import REGISTRY
+from python_native.features.checked import OverrideMismatch
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
@@ -133,7 +133,7 @@ def test_triton_overrides_pass_checked_mode():
     code = (
         "import torch, torch.nn.functional as F\n"
         "import python_native as pn\n"
-        "from python_native.checked import OverrideMismatch\n"
+        "from python_native.features.checked import OverrideMismatch\n"
         "assert pn.get_dsl_operations('triton'), 'no triton override installed'\n"
         "x = torch.randn(4, 32, requires_grad=True)\n"
         "w = torch.randn(32, requires_grad=True)\n"

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import python_native as pn
-from python_native import bench
 from python_native.__main__ import _parser
+from python_native.tools import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHES = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
@@ -93,7 +93,7 @@ def _literals_read() -> set[str]:
 
 def test_status_lists_every_variable_the_package_reads():
     listed = {e["name"] for e in pn.status()["environment"]}
-    from python_native import env
+    from python_native.foundations import env
 
     every = {name for names, _ in env.SWITCHES for name in names}
     assert {"PYTHON_NATIVE_CALIBRATION", "PYTHON_NATIVE_CUTEDSL", "PYTHON_NATIVE_CACHE_DIR"} <= listed
@@ -115,6 +115,6 @@ def test_an_override_no_device_here_reaches_says_so(overrides):
         assert entry["unreachable"] == "no CUDA device here"
     else:
         assert entry["unreachable"] is None
-    from python_native import report
+    from python_native.tools import report
 
     assert ("never reached: " in report.render(pn.status())) == (entry["unreachable"] is not None)

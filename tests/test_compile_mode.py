@@ -9,7 +9,7 @@ import python_native as pn
 
 # isort: split
 import python_native_dsls.triton as backend
-from python_native.compiled import mode as compile_mode
+from python_native.features.compiled import mode as compile_mode
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
@@ -216,7 +216,7 @@ def test_keep_runs_the_triton_layer_norm_forward_and_backward(fresh_compile):
 def test_random_ops_stay_random_in_keep():
     """The twin of a random op carries its randomness tag, so graph passes neither merge nor reorder
     two calls: two dropouts of one input draw two masks."""
-    from python_native.compiled import opaque
+    from python_native.features.compiled import opaque
 
     assert torch.Tag.nondeterministic_seeded in opaque.opaque_op(aten.native_dropout.default).tags
     assert torch.Tag.nondeterministic_seeded not in opaque.opaque_op(aten.bmm.default).tags

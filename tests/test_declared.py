@@ -1,4 +1,4 @@
-"""Ops declared outside aten (``python_native.declared``): overrides attach to them like to aten ops.
+"""Ops declared outside aten (``python_native.foundations.declared``): overrides attach to them like to aten ops.
 
 One op is declared for the whole module (a declaration lasts for the process): ``scaled(x, alpha)``,
 ``x * alpha`` in plain torch, with a fake kernel and autograd. The test DSL overrides it at the CPU
@@ -12,7 +12,7 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL
-from python_native import declared
+from python_native.foundations import declared
 
 NAME = "pn_test_scaled"
 

@@ -70,7 +70,7 @@ def test_readme_examples_run(tmp_path: Path):
 
 _DISABLE_CHECK = """
 import torch, python_native as pn
-from python_native import native_bridge
+from python_native.features import native_bridge
 builtin = [o for o in pn.overrides() if native_bridge.origin_of(o) is None]
 assert "triton" in pn.all_dsls and builtin == [], builtin
 assert not any(o.active for o in pn.overrides()), pn.overrides()

@@ -17,7 +17,8 @@ import torch
 
 import python_native as pn
 from conftest import always, marked_sub
-from python_native import env, faults, report
+from python_native.foundations import env, faults
+from python_native.tools import report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +48,7 @@ CALL_EVERY_OP = """
 import json, warnings
 import torch, torch.nn.functional as F
 import python_native as pn
-from python_native import report
+from python_native.tools import report
 
 def calls():
     x = torch.randn(4, 16, requires_grad=True)
@@ -99,7 +100,7 @@ def test_triton_that_raises_on_import_serves_aten_and_is_named_in_status(tmp_pat
 
 
 def test_an_impl_that_hands_on_reaches_the_next_override_then_aten(overrides, x):
-    from python_native import codegen
+    from python_native.foundations import codegen
 
     def unavailable(self, other, alpha=1):
         raise codegen.OverrideUnavailable("no runtime here")
@@ -182,7 +183,7 @@ def test_ordering_function_from_the_environment_that_fails_keeps_every_override(
             warnings.simplefilter("always")
             import torch, python_native as pn
             from python_native_dsls.triton.ops import all_overrides
-        from python_native import report
+        from python_native.tools import report
         data = pn.status()
         print(json.dumps({
             "expected": sorted({s.op for s in all_overrides()}),
@@ -272,7 +273,7 @@ def test_bad_cute_dsl_arch_falls_back_to_the_device(monkeypatch, clean_faults):
 # ----- the status report never raises -----
 
 def test_status_survives_a_section_that_raises(monkeypatch):
-    from python_native import calibration, native_bridge
+    from python_native.features import calibration, native_bridge
 
     def broken(*args):
         raise RuntimeError("calibration table exploded")
@@ -298,7 +299,7 @@ def test_status_survives_a_broken_third_party_dsl():
         def skipped_overrides(self):
             raise OSError("driver gone")
 
-    from python_native import dsl_registry
+    from python_native.foundations import dsl_registry
 
     pn.register_dsl("brokendsl", Broken())
     try:

@@ -83,7 +83,7 @@ for e in errors:
 def test_concurrent_first_imports(tmp_path):
     # Half the threads import python_native_dsls before python_native: that name resolves on its own
     # only where the package is installed. A bare checkout on PYTHONPATH gets it from python_native's
-    # import (python_native/_source_tree.py), so the child is given the installed layout: the backends
+    # import (python_native/foundations/source_tree.py), so the child is given the installed layout: the backends
     # folder under its installed name, ahead of the checkout.
     (tmp_path / "python_native_dsls").symlink_to(ROOT / "dsls", target_is_directory=True)
     r = run(CONCURRENT_IMPORTS, str(tmp_path), TORCH_DEVICE_BACKEND_AUTOLOAD="0",

@@ -18,8 +18,8 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL, always, compiled_front_problem, marked_sub
-from python_native import front
 from python_native.core.registry import REGISTRY
+from python_native.features import front
 
 pytestmark = pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))
 
@@ -211,7 +211,7 @@ def test_forcing_the_compiled_front_makes_a_failed_build_an_error(tmp_path):
 def test_forcing_the_python_front_restores_the_routers_alone():
     proc = _python(textwrap.dedent("""
         import torch, python_native as pn
-        from python_native import front
+        from python_native.features import front
         assert front.current() == "python", front.describe()
         assert not any("compiled front" in torch._C._dispatch_dump(n) for n in ("aten::_softmax", "aten::silu"))
         print("ok")

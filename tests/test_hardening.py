@@ -190,7 +190,7 @@ def test_numbers_with_tensors_match_aten_through_a_declining_override():
 
 
 def test_wrapped_number_promotes_like_aten():
-    from python_native import scalars
+    from python_native.foundations import scalars
 
     small = torch.zeros((), dtype=torch.int8)
     assert torch.result_type(small, scalars.wrapped_number(300)) == torch.int8
@@ -206,7 +206,8 @@ import os, sys, threading, time, types
 import torch
 from packaging.version import Version
 import python_native as pn
-from python_native import _bootstrap, dsl_registry, scalars, speckey
+from python_native.foundations import dsl_registry, scalars, speckey
+from python_native.panel import bootstrap as _bootstrap
 from python_native.core.registry import REGISTRY
 
 pn.register_dsl("forkdsl", types.SimpleNamespace(runtime_available=lambda: True, runtime_version=lambda: Version("1")))

@@ -1,6 +1,6 @@
 """``python -m python_native inspect`` at sm_90a: the row kernels spill nothing, move at most 1.10x
 their op's minimum bytes and leave an SM enough resident warps, or are listed with a reason in
-``python_native/kernel_report/exceptions.py``; and the checks find what they are meant to find.
+``python_native/tools/kernel_report/exceptions.py``; and the checks find what they are meant to find.
 
 The suite covers the row ops in bfloat16 (the dtype of the LLM rows, whose launch configs the tuning
 table chooses per dtype); ``python -m python_native inspect --check`` runs the full sweep.
@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from python_native.kernel_report import arch, checks
-from python_native.kernel_report.exceptions import Excuse
+from python_native.tools.kernel_report import arch, checks
+from python_native.tools.kernel_report.exceptions import Excuse
 
 ROW_OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu")
 

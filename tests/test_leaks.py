@@ -29,7 +29,7 @@ import pytest
 _MEASURE = r"""
 import ctypes, gc, json, sys, time, types, warnings
 import torch, torch.backends.python_native as pn
-from python_native import front
+from python_native.features import front
 warnings.filterwarnings("ignore")
 libc = ctypes.CDLL("libc.so.6")
 kind, cycles, which = sys.argv[1], int(sys.argv[2]), sys.argv[3]

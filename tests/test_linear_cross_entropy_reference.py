@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import python_native as pn
 
 # isort: split
-from python_native.bench.memory import peak_bytes
 from python_native.ops import cross_entropy_chunks
+from python_native.tools.bench.memory import peak_bytes
 from python_native_dsls.triton import device_type
 
 

@@ -9,7 +9,7 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
-from python_native import controller
+from python_native.panel import controller
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import python_native as pn
-from python_native import native_bridge
+from python_native.features import native_bridge
 
 pytestmark = [
     pytest.mark.skipif(
@@ -108,7 +108,7 @@ def test_new_process_adopts_torch_native_at_import():
 
 
 def test_status_report_names_the_origin(native_override):
-    from python_native import report
+    from python_native.tools import report
 
     rows = [o for o in report.collect()["overrides"] if o["op"] == "aten::sub.Tensor"]
     assert [(o["dsl"], o["origin"]) for o in rows] == [("torchdsl", "torch._native")]

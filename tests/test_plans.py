@@ -9,8 +9,8 @@ import torch
 
 import python_native as pn
 from conftest import marked_sub
-from python_native import calibration
 from python_native.core.registry import REGISTRY
+from python_native.features import calibration
 
 
 class Plan:

@@ -15,7 +15,7 @@ import python_native as pn
 import python_native_dsls.triton as backend
 from conftest import always, marked_sub
 from python_native import __main__ as cli
-from python_native import demo, report
+from python_native.tools import demo, report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,7 +143,7 @@ def test_report_says_which_calibration_table_is_in_force(calib, tmp_path):
     the table's path once one for that device is in the folder PYTHON_NATIVE_CALIBRATION names."""
     from calibration_testing import FAKE_DEVICE, table
 
-    from python_native import calibration
+    from python_native.features import calibration
 
     folder = tmp_path / "tables"
     folder.mkdir()

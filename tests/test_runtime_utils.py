@@ -8,7 +8,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import python_native as pn
 from conftest import always, marked_sub
-from python_native import speckey
+from python_native.foundations import speckey
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 

@@ -11,7 +11,7 @@ import python_native as pn
 
 # isort: split
 from conftest import TEST_DSL, always, marked_sub
-from python_native import codegen
+from python_native.foundations import codegen
 from python_native_dsls.triton import device_type
 
 DEVICE = device_type()  # where the Triton overrides run (their tests' inputs live there)

@@ -10,9 +10,10 @@ import torch
 from packaging.version import Version
 
 import python_native as pn
-from python_native import calibration, report
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
+from python_native.features import calibration
+from python_native.tools import report
 
 pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both fronts
 
@@ -155,7 +156,7 @@ def manual_softmax(dsl: str):
 def test_calibrate_times_every_installed_dsl_alone_side_by_side():
     """Both DSLs sit beside the Triton library, at its key: calibrated on the device it runs on."""
     import python_native_dsls.triton as backend
-    from python_native import bench
+    from python_native.tools import bench
 
     if not backend.runtime_available():
         pytest.skip(f"triton backend unavailable: {backend.unavailable_reason()}")

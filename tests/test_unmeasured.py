@@ -10,8 +10,11 @@ import python_native as pn
 # isort: split
 from calibration_testing import H100, H100_PROPS, H200, rows_winning_from, table
 
-from python_native import calibration, dsl_support, env, report
 from python_native.core.registry import REGISTRY
+from python_native.features import calibration
+from python_native.foundations import env
+from python_native.panel import dsl_support
+from python_native.tools import report
 from python_native_dsls.spec import OverrideSpec
 from python_native_dsls.triton.ops import SKIPPED, reductions
 

@@ -134,7 +134,7 @@ def test_derived_overrides_follow_the_functional_choice(overrides, x):
 
 
 def test_status_shows_variants(overrides):
-    from python_native import report
+    from python_native.tools import report
 
     sub_with_variants(overrides)
     pn.set_override_variant("sub.Tensor", "exact")
@@ -234,8 +234,8 @@ def test_checked_mode_checks_the_chosen_variant(overrides, x, monkeypatch):
 
 
 def test_environment_entry_for_an_op_registered_later(overrides, x, monkeypatch):
-    from python_native import faults
     from python_native.core import variants
+    from python_native.foundations import faults
 
     monkeypatch.setattr(variants, "_seeds", [("aten::sub.Tensor", "fast"), ("mul", "nope")])
     handle = sub_with_variants(overrides)

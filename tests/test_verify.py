@@ -15,7 +15,7 @@ import python_native as pn  # first: registers the backends
 
 # isort: split
 import python_native_dsls.triton as backend
-from python_native import verify
+from python_native.tools import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 # The checkout under test comes first on the path, whichever copy the environment has installed. The CLI

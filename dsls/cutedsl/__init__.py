@@ -26,7 +26,7 @@ FFI_MINIMUM_VERSION = Version("0.1")
 
 @functools.cache
 def _install_problem() -> str | None:
-    from python_native import dsl_support
+    from python_native.panel import dsl_support
 
     return dsl_support.install_problem(DISTRIBUTION, MODULE, MINIMUM_VERSION) or dsl_support.install_problem(
         FFI_DISTRIBUTION, FFI_MODULE, FFI_MINIMUM_VERSION
@@ -73,20 +73,20 @@ def opted_in() -> bool:
     They are installed either way (listed in the status report, ready for ``pn.cutedsl.enable()``);
     ``PYTHON_NATIVE_CUTEDSL=1`` enables them from the start.
     """
-    from python_native import env
+    from python_native.foundations import env
 
     return env.cutedsl_opted_in()
 
 
 def register_overrides() -> list:
     """Install every op of the library at the CUDA key; returns the handles."""
-    from python_native import dsl_support
+    from python_native.panel import dsl_support
 
     from .ops import SKIPPED, all_overrides
 
     handles = dsl_support.register_specs(NAME, "CUDA", all_overrides(), SKIPPED)
     if handles and not opted_in():
-        from python_native import controller
+        from python_native.panel import controller
 
         controller.DSLController(NAME).disable()
     return handles
@@ -103,7 +103,7 @@ def skipped_overrides() -> dict[str, str]:
 # plane may register it now. When python_native is importing this module from another thread at
 # this very moment, the import machinery reports a deadlock here; python_native registers it then.
 try:
-    from python_native import _bootstrap  # noqa: E402
+    from python_native.panel import bootstrap as _bootstrap  # noqa: E402
 except RuntimeError as e:
     if type(e).__name__ != "_DeadlockError":
         raise

@@ -16,6 +16,6 @@ MINIMUM_CAPABILITY = (8, 0)
 
 def runtime_version() -> Version | None:
     """The installed CuTe DSL version (compiled binaries depend on it), or None when absent."""
-    from python_native import dsl_support
+    from python_native.panel import dsl_support
 
     return dsl_support.installed_version(DISTRIBUTION)

@@ -25,14 +25,14 @@ _installed_at: str | None = None  # the dispatch key ``register_overrides`` inst
 
 
 def runtime_version() -> Version | None:
-    from python_native import dsl_support
+    from python_native.panel import dsl_support
 
     return dsl_support.installed_version("triton")
 
 
 @functools.cache
 def _install_problem() -> str | None:
-    from python_native import dsl_support
+    from python_native.panel import dsl_support
 
     return dsl_support.install_problem("triton", "triton", MINIMUM_VERSION)
 
@@ -74,7 +74,7 @@ def register_overrides() -> list:
     if interpret_mode():
         # Triton reads this when it is first imported, which happens at the first kernel call.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from python_native import dsl_support
+    from python_native.panel import dsl_support
 
     from .ops import SKIPPED, all_overrides
 
@@ -88,7 +88,7 @@ def settings_changed() -> str | None:
     were installed), with what to do; None when they match."""
     if _installed_at is None or _installed_at == dispatch_key():
         return None
-    from python_native import env
+    from python_native.foundations import env
 
     variable = env.TRITON_INTERPRET[0]
     return (
@@ -109,7 +109,7 @@ def skipped_overrides() -> dict[str, str]:
 # plane may register it now. When python_native is importing this module from another thread at
 # this very moment, the import machinery reports a deadlock here; python_native registers it then.
 try:
-    from python_native import _bootstrap  # noqa: E402
+    from python_native.panel import bootstrap as _bootstrap  # noqa: E402
 except RuntimeError as e:
     if type(e).__name__ != "_DeadlockError":
         raise

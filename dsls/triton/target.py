@@ -11,7 +11,7 @@ DSL_NAME = "triton"  # the name the backend registers under (``pn.triton``)
 
 def interpret_mode() -> bool:
     """Whether kernels run through Triton's CPU interpreter instead of on a GPU."""
-    from python_native import env
+    from python_native.foundations import env
 
     return env.triton_interpret()
 

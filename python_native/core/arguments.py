@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from python_native import codegen, dsl_registry, epilogues, schema
-from python_native.dispatch_keys import check_dispatch_key, check_str
+from python_native.foundations import codegen, dsl_registry, epilogues, schema
+from python_native.foundations.dispatch_keys import check_dispatch_key, check_str
 
 
 def check_pieces(dsl: Any, lib_symbol: Any, op_symbol: Any, dispatch_key: Any, cond: Any, impl: Any, *,

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
-from python_native.switches import KINDS
+from python_native.foundations.switches import KINDS
 
 
 def names_of(o: OverrideHandle, kind: str) -> tuple[str, ...]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 import reprlib
 
-from python_native import env, faults
 from python_native.core.handles import OrderFn, OverrideHandle
+from python_native.foundations import env, faults
 
 REORDER_SOURCE = "pn.reorder_overrides"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from python_native import dsl_registry, env
+from python_native.foundations import dsl_registry, env
 
 if TYPE_CHECKING:
     from python_native.core.handles import OverrideHandle

@@ -17,16 +17,16 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from python_native import dsl_registry, env, schema
 from python_native.core import arguments, extensions, reasons, routers, slots
 from python_native.core import variants as variants_
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
 from python_native.core.ordering import Ordering
 from python_native.core.slots import Slot
-from python_native.dispatch_keys import check_str
-from python_native.switches import Switches
-from python_native.tracing import Trace, TraceHub
+from python_native.foundations import dsl_registry, env, schema
+from python_native.foundations.dispatch_keys import check_str
+from python_native.foundations.switches import Switches
+from python_native.foundations.tracing import Trace, TraceHub
 
 log = logging.getLogger("python_native")
 _REFRESHED = extensions.SLOT_REFRESHED  # the listeners' list itself (changed in place, never rebound)

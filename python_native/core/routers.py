@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from python_native import codegen, schema
 from python_native.core import reasons
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
+from python_native.foundations import codegen, schema
 
 MAX_CACHED_VARIANTS = 64
 TOMBSTONES_KEPT = 64

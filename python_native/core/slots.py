@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native import codegen, epilogues, scalars, schema
 from python_native.core import extensions
+from python_native.foundations import codegen, epilogues, scalars, schema
 
 if TYPE_CHECKING:
     from python_native.core.handles import OverrideHandle

@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from python_native import env, faults, public_names
 from python_native.core import extensions, routers
 from python_native.core.handles import Impl, OverrideHandle
+from python_native.foundations import env, faults, public_names
 
 log = logging.getLogger("python_native")
 

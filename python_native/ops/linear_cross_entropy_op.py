@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native import declared
+from python_native.foundations import declared
 from python_native.ops import cross_entropy_chunks as chunks
 
 Tensor = torch.Tensor

@@ -13,7 +13,14 @@ import textwrap
 
 import pytest
 
-from python_native.kernel_cache import CACHE_DIR_ENV, MAGIC, EntryKey, KernelCache, default_root, source_fingerprint
+from python_native.features.kernel_cache import (
+    CACHE_DIR_ENV,
+    MAGIC,
+    EntryKey,
+    KernelCache,
+    default_root,
+    source_fingerprint,
+)
 
 KEY = EntryKey({"dsl": "test", "variant": {"kernel": "k", "dtype": "float16"}, "arch": "sm_90a", "source": "abc"})
 OTHER = EntryKey({"dsl": "test", "variant": {"kernel": "k", "dtype": "bfloat16"}, "arch": "sm_90a", "source": "abc"})
@@ -32,7 +39,7 @@ def test_store_then_load_round_trips(tmp_path):
 def test_entry_reloads_in_a_fresh_process(tmp_path):
     KernelCache(tmp_path).store(KEY, PAYLOAD)
     code = textwrap.dedent(f"""
-        from python_native.kernel_cache import EntryKey, KernelCache
+        from python_native.features.kernel_cache import EntryKey, KernelCache
         key = EntryKey({dict(KEY.fields)!r})
         payload = KernelCache({str(tmp_path)!r}).load(key)
         print(len(payload), payload == {PAYLOAD!r})
@@ -82,7 +89,7 @@ def test_concurrent_processes_build_once(tmp_path):
     log = tmp_path / "builds.log"
     code = textwrap.dedent(f"""
         import time
-        from python_native.kernel_cache import EntryKey, KernelCache
+        from python_native.features.kernel_cache import EntryKey, KernelCache
         def build():
             with open({str(log)!r}, "a") as f:
                 f.write("built\\n")
@@ -151,7 +158,7 @@ def test_hostile_entry_is_never_read_and_the_kernel_still_builds(tmp_path, what)
     assert _load_within(cache, KEY) is None
     assert os.path.exists("/dev/zero")
     if what == "folder":  # a folder stays where it is: the kernel is built, not stored, and that is said
-        from python_native import faults
+        from python_native.foundations import faults
 
         with pytest.warns(UserWarning, match="kernel cache: the entry .* cannot be written"):
             assert cache.get_or_build(KEY, lambda: PAYLOAD) == (PAYLOAD, False)
@@ -163,7 +170,7 @@ def test_hostile_entry_is_never_read_and_the_kernel_still_builds(tmp_path, what)
 
 @pytest.mark.parametrize("how", ["root-is-a-file", "lock-is-a-folder"])
 def test_unusable_cache_folder_costs_the_cache_only(tmp_path, how):
-    from python_native import faults
+    from python_native.foundations import faults
 
     if how == "root-is-a-file":
         (tmp_path / "root").write_text("")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from triton_testing import requires_triton
 
-from python_native import demo
+from python_native.tools import demo
 
 pytestmark = requires_triton
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from triton_testing import DEVICE, requires_triton
 
 import python_native as pn
-from python_native import verify
+from python_native.tools import verify
 
 pytestmark = [requires_triton, pytest.mark.filterwarnings("ignore::RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")]

@@ -140,7 +140,7 @@ def test_large_mean_small_spread():
     """Statistics relative to a shift, deviations from each tile's own mean: a mean 10^4 times
     the spread cancels nothing in the output. The input gradient then hinges on the fp32 rounding
     of the saved mean (the same for aten): judged as a whole, no further from float64 than aten's."""
-    from python_native.verify import max_error
+    from python_native.tools.verify import max_error
 
     x = (make(2, 4, 16, 16, requires_grad=False) * 1e-1 + 1e3).requires_grad_()
     dy = make(2, 4, 16, 16, requires_grad=False)

@@ -11,8 +11,9 @@ import python_native as pn
 from calibration_testing import H100, rows_winning_from, table
 
 import python_native_dsls.triton as backend
-from python_native import dsl_support, env
 from python_native.core.registry import REGISTRY
+from python_native.foundations import env
+from python_native.panel import dsl_support
 from python_native_dsls.triton import ops as triton_ops
 from python_native_dsls.triton.ops import scatter_add, topk
 

@@ -14,7 +14,7 @@ import python_native as pn  # first: importing python_native_dsls.triton before 
 
 # isort: split
 import python_native_dsls.triton as backend
-from python_native import verify
+from python_native.tools import verify
 
 requires_triton = pytest.mark.skipif(
     not backend.runtime_available(), reason=f"triton backend unavailable: {backend.unavailable_reason()}"
@@ -81,7 +81,7 @@ def unmeasured_installed() -> None:
     """The ops no GPU has measured yet are installed at the CUDA key only with
     ``PYTHON_NATIVE_UNMEASURED=1`` (``benchmarks/gpu_all.sh`` sets it for the suite); without it
     their tests are skipped there, not failed (use it in the module's tests)."""
-    from python_native import env
+    from python_native.foundations import env
 
     if DEVICE != "cpu" and not env.unmeasured_allowed():
         pytest.skip(f"unmeasured ops stay off at the CUDA key: set {env.UNMEASURED[0]}=1 to test them")
@@ -94,7 +94,7 @@ def seeded() -> None:
 
 
 def assert_matches(got: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor, what: str, grad: bool = False) -> None:
-    """``got`` passes ``python_native.verify.mismatch`` against aten's ``ref`` and the float64 ``truth``."""
+    """``got`` passes ``python_native.tools.verify.mismatch`` against aten's ``ref`` and the float64 ``truth``."""
     why = verify.mismatch(got, ref, truth, what, grad=grad)
     assert why is None, why
 
@@ -124,7 +124,7 @@ def lower_register_max(monkeypatch: pytest.MonkeyPatch, value: int) -> list[str]
     """Set the norm backward's register limit to ``value`` for one test, plan afresh under it (plans
     read the limit when built, and are cached), and return the list of paths the backward launches
     then take: ``"rows"`` (whole rows in registers) or ``"columns"`` (streamed column strips)."""
-    from python_native.speckey import SpecializationCache
+    from python_native.foundations.speckey import SpecializationCache
     from python_native_dsls.triton.kernels import norm_backward, tuning
 
     monkeypatch.setattr(tuning, "NORM_BWD_REGISTER_MAX", value)

@@ -28,9 +28,9 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
-from python_native import env, logs
-from python_native.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
-from python_native.speckey import SpecializationCache
+from python_native.features.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
+from python_native.foundations import env, logs
+from python_native.foundations.speckey import SpecializationCache
 
 from ..target import runtime_version
 from ..variant import Variant
@@ -186,7 +186,7 @@ def device_arch(index: int | None = None) -> str:
     if override:
         if _ARCH.fullmatch(override):
             return override
-        from python_native import faults
+        from python_native.foundations import faults
 
         faults.report("CUTE_DSL_ARCH", f"{override!r} is not a GPU architecture",
                       "use the form sm_90a (sm_<major><minor>, optionally a or f); the device's own is used")

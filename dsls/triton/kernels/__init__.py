@@ -6,7 +6,7 @@ registering the library never pays for importing triton.
 
 import os as _os
 
-from python_native import env as _env
+from python_native.foundations import env as _env
 
 from ..target import interpret_mode as _interpret_mode
 

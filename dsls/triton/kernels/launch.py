@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native import logs
+from python_native.foundations import logs
 
 from ..target import dispatch_key, interpret_mode
 

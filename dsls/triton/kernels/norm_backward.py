@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from python_native.speckey import SpecializationCache
+from python_native.foundations.speckey import SpecializationCache
 from python_native_dsls.layout import Rows
 
 from ..plans.tiles import cdiv, next_power_of_2

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import torch
 
-from python_native.speckey import MISSING, SpecializationCache
+from python_native.foundations.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import FLOAT_DTYPES
 from python_native_dsls.spec import OverrideSpec, runtime_import
 

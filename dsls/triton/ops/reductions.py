@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from python_native.speckey import MISSING, SpecializationCache
+from python_native.foundations.speckey import MISSING, SpecializationCache
 from python_native_dsls.spec import OverrideSpec
 
 from ..plans.reduce import MAX, MEAN, MIN, PROD, SUM, ReducePlan, accumulator, reduce_plan, reduce_view

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from python_native.speckey import SpecializationCache
+from python_native.foundations.speckey import SpecializationCache
 from python_native_dsls.spec import OverrideSpec
 
 from ..plans.layout import dense_like

@@ -22,7 +22,7 @@ from types import ModuleType
 
 import torch
 
-from python_native.speckey import MISSING, SpecializationCache
+from python_native.foundations.speckey import MISSING, SpecializationCache
 from python_native_dsls.spec import OverrideSpec
 
 from ..plans.select import TopkPlan, rows_along, topk_plan

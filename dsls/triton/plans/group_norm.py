@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.speckey import MISSING, SpecializationCache
+from python_native.foundations.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import FLOAT_DTYPES, collapse
 
 from .layout import MAX_INDEX

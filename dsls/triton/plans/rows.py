@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.speckey import MISSING, SpecializationCache
+from python_native.foundations.speckey import MISSING, SpecializationCache
 from python_native_dsls.layout import FLOAT_DTYPES, Rows, normalized_axis, stat_shape, view_rows
 
 from .layout import MAX_NORM_COLS, row_fits

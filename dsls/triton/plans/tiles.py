@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from python_native.speckey import SpecializationCache
+from python_native.foundations.speckey import SpecializationCache
 
 # Widest row a single program holds in registers without spilling on an H100 (the norm backward
 # also keeps the weight and two gradient accumulators live); longer rows decline (norms) or loop

@@ -1,0 +1,117 @@
+"""Calibration: where, on a given GPU, an override measured slower than aten, and a gate that declines there.
+
+``python -m python_native bench --calibrate`` times every override against aten per (op, dtype,
+size bucket, row width) on the running device and writes a table into the user's cache dir, in
+force for every later process on that machine. Tables also ship with the package
+(``python_native/features/calibration/shipped_tables/``), and ``PYTHON_NATIVE_CALIBRATION`` names a table file or a
+folder of them to use instead (``off``: no gate at all; ``portable``: the portable policy alone).
+A GPU no table covers is gated by the portable policy, derived from the shipped tables and scaled
+by what the GPU has (``portable``).
+
+Modules: ``tables`` (the format, validation, verdicts), ``sources`` (where tables come from,
+precedence, version drift), ``store`` (the user's tables: atomic writes, deletion), ``portable``
+(the policy), ``resolve`` (what gates each device), ``gates`` (the gate around a cond),
+``summary`` (what the status report shows).
+
+Nothing is read at import: files are listed and parsed on first use, and the device key of a CUDA
+tensor is asked of torch the first time a gated cond sees that device index (CUDA is initialised
+by then, since the tensor lives there). Registration reads NVML (no CUDA context) to know which
+GPU models the CUDA key serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from python_native.core import extensions
+from python_native.features.calibration import gates, portable, resolve, sources, store, summary, tables
+from python_native.features.calibration.gates import (
+    forget_gate,
+    gate_override,
+    gated,
+    gated_dsls,
+    gates_needed,
+    has_evidence,
+    is_gated,
+    leave_out,
+    left_out,
+    never_wins,
+    suspended,
+)
+from python_native.features.calibration.resolve import device_key
+from python_native.features.calibration.sources import ENV_VAR, OFF, PACKAGED_DIR, PORTABLE, CalibrationDriftWarning
+from python_native.features.calibration.summary import describe
+from python_native.features.calibration.tables import (
+    DEFAULT_DSL,
+    FORMAT,
+    MAX_BUCKET,
+    WIDE_ROW,
+    Verdicts,
+    confirm_wins,
+    load,
+    size_bucket,
+    table_filename,
+    validate,
+    width_class,
+)
+
+_verdicts = tables.verdicts  # the verdicts of a list of rows (tests build them by hand)
+
+__all__ = [
+    "DEFAULT_DSL", "ENV_VAR", "FORMAT", "MAX_BUCKET", "OFF", "PACKAGED_DIR", "PORTABLE", "WIDE_ROW",
+    "CalibrationDriftWarning", "Verdicts", "confirm_wins", "describe", "device_key", "faster_rivals",
+    "forget_gate", "gate_override", "gated", "gated_dsls", "gates_needed", "has_evidence", "is_gated", "leave_out", "left_out",
+    "load", "never_wins", "reset", "save_table", "set_device_key_fn", "size_bucket", "suspended",
+    "table_filename", "validate", "width_class", "wins",
+    "gates", "portable", "resolve", "sources", "store", "summary", "tables",  # the modules
+]
+
+
+def reset() -> None:
+    """Forget loaded tables and device keys (after changing ``PYTHON_NATIVE_CALIBRATION``, writing a
+    table, tests); every router is then re-selected so a compiled front re-reads the gates."""
+    gates.reset()
+
+
+def set_device_key_fn(fn: Callable[[Any], str] | None) -> None:
+    """Replace how a tensor's device key is computed (tests inject fake devices); None restores."""
+    resolve.set_device_key_fn(fn)
+    reset()
+
+
+def save_table(table: dict[str, Any], path: Any = None) -> Any:
+    """Write a calibration table (into the user's cache dir unless ``path``) and put it in force here."""
+    written = store.save(table, path)
+    reset()
+    return written
+
+
+def _verdict(op: str, dtype: str, bucket: int, device: str | None, dsl: str, last_dim: int | None) -> Any:
+    if device is None:
+        device = resolve.running_device_key()
+    if gates._suspended or device is None:
+        return None
+    found = resolve.resolution(device).verdicts(dsl, op, dtype)
+    return None if found is None else found[2 * min(max(bucket, 0), MAX_BUCKET) + width_class(last_dim)]
+
+
+def wins(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL,
+         last_dim: int | None = None) -> bool | None:
+    """Whether ``dsl``'s override beats aten for (op, dtype, bucket) on ``device`` (a device key; default:
+    this process's device where known without initialising CUDA), for rows of ``last_dim`` (narrow
+    when not given), by the source in force there (a table, else the portable policy on a GPU);
+    None where nothing speaks for it."""
+    verdict = _verdict(op, dtype, bucket, device, dsl, last_dim)
+    return None if verdict is None else verdict is not False
+
+
+def faster_rivals(op: str, dtype: str, bucket: int, device: str | None = None, dsl: str = DEFAULT_DSL,
+                  last_dim: int | None = None) -> tuple:
+    """The DSLs calibrated faster than ``dsl`` (and faster than aten) for (op, dtype, bucket), fastest first."""
+    verdict = _verdict(op, dtype, bucket, device, dsl, last_dim)
+    return verdict if isinstance(verdict, tuple) else ()
+
+
+extensions.wrap_conds(gate_override)
+extensions.on_override_removed(gates.forget_removed)

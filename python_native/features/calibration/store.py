@@ -1,0 +1,106 @@
+"""The user's own calibration tables: written once by ``bench --calibrate``, in force after.
+
+Many processes may start at once (eight ranks of a job) while a calibration run writes: a table
+is written to a temporary file in the same folder, flushed, and renamed over its final name, so a
+reader sees the old file or the new one, never half of one; writers (and deleters) also hold an
+``fcntl`` lock on the folder's ``.lock`` file so two runs do not interleave their renames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from python_native.features.calibration import sources, tables
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (non-POSIX: no cross-process lock, writes stay atomic)
+    fcntl = None  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def write_atomically(path: Path, text: str, lock: bool = True) -> None:
+    """Write ``text`` to ``path`` through a temporary file in its folder and a rename (under the
+    folder's lock where ``lock``: the user's folder, where other processes read and write)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.parent) if lock else contextlib.nullcontext():
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.chmod(tmp, 0o644)  # mkstemp's 0600: a table is no secret
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a table cannot be written into ``folder`` (checked before a long calibration run), or None."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"{folder}: {e.strerror or e}"
+    return None if os.access(folder, os.W_OK) else f"{folder}: not writable"
+
+
+def save(table: dict[str, Any], path: str | os.PathLike | None = None) -> Path:
+    """Validate ``table`` and write it: to ``path``, else into the user's folder, named by its
+    device and the versions it was measured with. Returns where it went."""
+    tables.validate(table, "the table to write")
+    user = path is None
+    if user:
+        path = sources.user_dir() / sources.user_table_filename(table["device"], sources.table_versions(table))
+    path = Path(path).expanduser()
+    write_atomically(path, json.dumps(table, indent=1) + "\n", lock=user)
+    return path
+
+
+def user_tables(device_key: str | None = None) -> list[Path]:
+    """The table files in the user's folder (for ``device_key`` only, when given)."""
+    folder = sources.user_dir()
+    try:
+        found = sorted(p for p in folder.glob("*.json") if p.is_file())
+    except OSError:
+        return []
+    if device_key is None:
+        return found
+    slug = tables.device_slug(device_key)
+    return [p for p in found if p.name == f"{slug}.json" or p.name.startswith(f"{slug}-")]
+
+
+def delete_user_tables(device_key: str | None = None) -> list[Path]:
+    """Remove the user's tables (for ``device_key`` only, when given); returns those removed."""
+    folder = sources.user_dir()
+    if not folder.is_dir():
+        return []
+    removed = []
+    with _locked(folder):
+        for path in user_tables(device_key):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+    return removed

@@ -1,0 +1,322 @@
+"""The compiled dispatch front: calls the package does not speed up cost what aten costs.
+
+Every slot's Python router is registered in the dispatcher (``core.slots``). Where the front is
+built, a small C++ kernel (``front.cpp``) is registered above each router. It holds the kernel the
+slot shadows, the router (as a kernel to call boxed) and a state this module keeps in step with the
+slot, atomically:
+
+- *fallback*: nothing in the slot can fire (no active override, its DSL or op switched off): every
+  call goes to the shadowed kernel without entering Python;
+- *gated*: every active override carries a calibration gate that surely declines some calls (by
+  dtype, row width class and size bucket of the first tensor argument): those go to the shadowed
+  kernel, the rest enter the router;
+- *python*: every call enters the router, as without the front. Traced slots, checked mode, and
+  overrides whose decisions cannot be known ahead stay here.
+
+Which front serves is decided at import: ``PYTHON_NATIVE_FRONT=python`` forces the Python routers;
+``compiled`` builds the front if needed (a failed build is an error, with the compiler's output);
+unset, a cached build is loaded (a few milliseconds) and nothing is ever compiled during
+``import torch``: without a cached build the routers serve alone and ``pn.status()`` says how to
+build it (``python -m python_native precompile``).
+
+A removed front keeps its kernel alive until no call is inside it and a grace period has passed,
+so a call that looked it up just before it went never finds it freed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FunctionType, ModuleType
+from typing import Any
+
+import torch
+
+from python_native.core import extensions
+from python_native.core.registry import REGISTRY
+from python_native.features.front import build
+from python_native.foundations import env, nvml
+
+log = logging.getLogger("python_native")
+
+ENV = "PYTHON_NATIVE_FRONT"
+CHOICES = ("python", "compiled")
+GRACE_SECONDS = 1.0
+# What gates call dtypes (``"float32"``) against the C++ scalar type names.
+_DTYPE_NAMES = {
+    "float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "float64": "Double", "int64": "Long",
+    "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
+    "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+}
+
+
+class _Front:
+    """The process's front: which one serves, and the C++ front of every slot while compiled."""
+
+    def __init__(self) -> None:
+        self.module: ModuleType | None = None
+        self.path: Path | None = None
+        self.active = False
+        self.requested: str | None = None
+        self.reason = ""
+        self.error: str | None = None
+        self.fronts: dict[Any, Any] = {}  # slot -> its C++ front
+        self.applied: dict[Any, tuple] = {}  # slot -> the masks last set (gated mode)
+        self.mode_cells: dict[Any, memoryview] = {}  # slot -> its front's mode, as one writable uint32
+        self.graveyard: list[tuple[float, Any]] = []  # uninstalled fronts, kept while calls may be inside
+        self.scalar_types: dict[str, int] = {}
+
+
+_state = _Front()
+
+
+def requested() -> str | None:
+    """``PYTHON_NATIVE_FRONT``, checked: None when unset (a malformed value warns once, then counts as unset)."""
+    value = env.front_setting()
+    if value is None:
+        return None
+    if value not in CHOICES:
+        warnings.warn(f"python_native: {ENV}={value!r} is not one of {list(CHOICES)}; ignored", UserWarning, stacklevel=2)
+        return None
+    return value
+
+
+def start() -> None:
+    """Pick the front at import (see the module docstring); never compiles unless asked to."""
+    choice = _state.requested = requested()
+    if choice == "python":
+        _state.reason = f"{ENV}=python"
+        return
+    if choice == "compiled":
+        module, path, cached, seconds = build.build()  # a failed build raises, with the compiler's output
+        _state.reason = f"{ENV}=compiled ({'cached build' if cached else f'built in {seconds:.0f} s'})"
+        _use(module, path)
+        return
+    try:
+        module, path = build.load_cached()
+    except Exception as e:  # a damaged cached library must not cost the Python routers
+        _state.error = f"loading the cached build failed: {type(e).__name__}: {e}"
+        _state.reason = "the cached build could not be loaded; the Python routers serve"
+        log.warning("python_native: %s", _state.error)
+        return
+    if module is None:
+        _state.reason = (
+            "no build for this torch and compiler yet; the Python routers serve. "
+            "Build it once with `python -m python_native precompile`"
+        )
+        return
+    _state.reason = "a cached build for this torch, compiler and source"
+    _use(module, path)
+
+
+def _use(module: ModuleType, path: Path) -> None:
+    _attach(module, path)
+    enable()
+
+
+def _attach(module: ModuleType, path: Path) -> None:
+    if _state.module is not None:
+        return
+    global _PYTHON, _FALLBACK
+    _state.module, _state.path = module, path
+    _PYTHON, _FALLBACK = (module.MODE_PYTHON, ()), (module.MODE_FALLBACK, ())
+    _state.scalar_types = dict(module.scalar_types())
+    extensions.OWN_REGISTRATIONS.append(f"registered at {module.MARKER}:")
+
+
+def ensure_built() -> dict[str, Any]:
+    """Build the compiled front if this torch and compiler have none yet (``precompile`` calls
+    this), and make it available to ``enable``; returns where it is and whether it was cached."""
+    module, path, cached, seconds = build.build()
+    _attach(module, path)
+    return {"library": str(path), "cached": cached, "seconds": round(seconds, 1)}
+
+
+# ----- switching the compiled front on and off (at import, and for side-by-side measurements) -----
+
+
+def enable() -> None:
+    """Serve through the compiled front from now on (it must be built: see ``build.build``)."""
+    if _state.module is None:
+        raise RuntimeError(f"the compiled front is not built here: {_state.reason}")
+    with REGISTRY.lock:
+        if _state.active:
+            return
+        _state.active = True
+        extensions.on_slot_registered(_registered)
+        extensions.on_slot_unregistering(_unregistering)
+        extensions.on_slot_refreshed(_refreshed)
+        for slot in list(REGISTRY.slots.values()):
+            if slot.library is not None:
+                _registered(slot)
+
+
+def disable() -> None:
+    """Serve through the Python routers alone from now on (fronts are taken out of every slot)."""
+    with REGISTRY.lock:
+        if not _state.active:
+            return
+        _state.active = False
+        for points, fn in ((extensions.SLOT_REGISTERED, _registered), (extensions.SLOT_UNREGISTERING, _unregistering),
+                           (extensions.SLOT_REFRESHED, _refreshed)):
+            extensions.remove(points, fn)
+        for slot in list(_state.fronts):
+            _unregistering(slot)
+
+
+@contextmanager
+def serving(name: str) -> Iterator[None]:
+    """Inside the block, ``name`` ("python" or "compiled") serves; the previous front after it."""
+    if name not in CHOICES:
+        raise ValueError(f"front must be one of {list(CHOICES)}, got {name!r}")
+    was = _state.active
+    enable() if name == "compiled" else disable()
+    try:
+        yield
+    finally:
+        enable() if was else disable()
+
+
+def current() -> str:
+    """The front serving now: ``"compiled"`` or ``"python"``."""
+    return "compiled" if _state.active else "python"
+
+
+# ----- following the slots -----
+
+
+def _registered(slot: Any) -> None:
+    front = _state.module.Front(
+        f"{slot.lib}::{slot.sig.packet}", "" if slot.sig.overload == "default" else slot.sig.overload,
+        slot.dispatch_key, slot.namespace["_pn_fallback"], torch.library.get_kernel(slot.op_name, slot.dispatch_key),
+    )
+    front.install()
+    _state.fronts[slot] = front
+    _state.mode_cells[slot] = front.mode_view().cast("I")
+    _state.applied.pop(slot, None)
+    _refreshed(slot)
+
+
+def _unregistering(slot: Any) -> None:
+    cell = _state.mode_cells.pop(slot, None)
+    if cell is not None:
+        cell.release()  # no write can reach the front once it is let go
+    front = _state.fronts.pop(slot, None)
+    _state.applied.pop(slot, None)
+    if front is None:
+        return
+    front.uninstall()
+    _state.graveyard.append((time.monotonic(), front))
+    _sweep()
+
+
+def _sweep() -> None:
+    """Let go of uninstalled fronts no call can be inside any more."""
+    now = time.monotonic()
+    _state.graveyard = [(t, f) for t, f in _state.graveyard if f.inflight or now - t < GRACE_SECONDS]
+
+
+def _refreshed(slot: Any) -> None:
+    # Runs twice per toggle of the slot's switches: the common modes cost a dict read, the decision
+    # and a store into the mode's bytes.
+    cell = _state.mode_cells.get(slot)
+    if cell is None:
+        return
+    mode, masks = _FALLBACK if not slot.active and not slot.traced else _decide(slot)
+    if masks:
+        if cell[0] != mode or _state.applied.get(slot) != masks:
+            front = _state.fronts[slot]
+            front.set_masks(list(masks))
+            front.set_mode(mode)  # its release store publishes the masks with the mode
+            _state.applied[slot] = masks
+    elif cell[0] != mode:
+        cell[0] = mode
+
+
+_PYTHON: tuple[int, tuple] = (-1, ())  # the two decisions without masks, set when a build is attached
+_FALLBACK: tuple[int, tuple] = (-1, ())
+
+
+def _attribute(fn: Any, name: str) -> Any:
+    """``getattr(fn, name, None)``; a plain function's attributes can only be in its ``__dict__``,
+    read without the exception a missing one raises inside ``getattr``."""
+    return fn.__dict__.get(name) if type(fn) is FunctionType else getattr(fn, name, None)
+
+
+def _decide(slot: Any) -> tuple[int, tuple]:
+    """The front's mode for ``slot`` now, and the masks of calls every active override declines."""
+    m = _state.module
+    if slot.traced:
+        return _PYTHON
+    if not slot.active:
+        return _FALLBACK
+    device: str | None | bool = False  # looked up once, where the first gate offers masks
+    combined: dict[str, list[int]] | None = None
+    for o in slot.active:
+        if o.unconditional or _attribute(o.routed_impl, "python_native_sees_every_call"):
+            return _PYTHON
+        masks_of = _attribute(o.routed_cond, "decline_masks")
+        if not callable(masks_of):
+            return _PYTHON
+        if device is False:
+            device = _device_key(slot.dispatch_key)
+        masks = masks_of(device) if device is not None else None
+        if not masks:
+            return _PYTHON
+        if combined is None:
+            combined = {dtype: [narrow, wide] for dtype, (narrow, wide) in masks.items()}
+        else:  # a call is surely declined only where every active override declines it
+            combined = {dtype: [pair[0] & masks[dtype][0], pair[1] & masks[dtype][1]]
+                        for dtype, pair in combined.items() if dtype in masks}
+    entries = tuple(
+        (_state.scalar_types[_DTYPE_NAMES[dtype]], narrow, wide)
+        for dtype, (narrow, wide) in sorted(combined.items())
+        if (narrow or wide) and _DTYPE_NAMES.get(dtype) in _state.scalar_types
+    )
+    return (m.MODE_GATED, entries) if entries else _PYTHON
+
+
+def _device_key(dispatch_key: str) -> str | None:
+    """The device a slot's calls run on, as calibration names it; None where it can differ by call."""
+    if dispatch_key == "CPU":
+        return "cpu"
+    if dispatch_key == "CUDA":
+        keys = nvml.device_keys()
+        return next(iter(keys)) if keys is not None and len(keys) == 1 else None
+    return None
+
+
+def describe() -> dict[str, Any]:
+    """Which front serves and why, for the status report."""
+    modes = {}
+    if _state.active:
+        names = {_state.module.MODE_PYTHON: "python", _state.module.MODE_FALLBACK: "fallback",
+                 _state.module.MODE_GATED: "gated"}
+        modes = {slot.label: names.get(front.mode, "?") for slot, front in _state.fronts.items()}
+    return {
+        "front": current(),
+        "requested": _state.requested,
+        "why": _state.reason,
+        "error": _state.error,
+        "library": str(_state.path) if _state.path else None,
+        "slots": modes,
+    }
+
+
+def _forget_in_child() -> None:
+    """A forked child starts with no fronts in the graveyard it could wait on forever."""
+    _state.graveyard.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+start()
+
+__all__ = ["CHOICES", "ENV", "build", "current", "describe", "disable", "enable", "ensure_built", "requested", "serving",
+           "start"]

@@ -1,0 +1,234 @@
+"""Environment switches, read where they are consulted so tests and tools can set them.
+
+This is the one list of the variables python-native reads: every reader asks this module, and the
+status report lists ``SWITCHES``. Where torch's in-tree ``torch._native`` has a name for the same
+switch, ours comes first and torch's second, so a process configured for one is configured for the
+other. Values are validated where they are read: a flag that is not one of the accepted spellings
+is warned about once, counts as unset (the default), and is named in the status report (see
+``faults``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from python_native.foundations import faults
+
+DISABLE_ALL = ("PYTHON_NATIVE_DISABLE", "TORCH_DISABLE_NATIVE_JIT")
+SKIP_VERSION_CHECK = ("PYTHON_NATIVE_SKIP_VERSION_CHECK", "TORCH_NATIVE_SKIP_VERSION_CHECK")
+ORDER_FN = ("PYTHON_NATIVE_ORDER_FN", "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN")
+DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
+TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
+CHECK = ("PYTHON_NATIVE_CHECK",)
+FRONT = ("PYTHON_NATIVE_FRONT",)
+CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
+UNMEASURED = ("PYTHON_NATIVE_UNMEASURED",)
+CUTEDSL = ("PYTHON_NATIVE_CUTEDSL",)
+CACHE_DIR = ("PYTHON_NATIVE_CACHE_DIR",)
+CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our compile path too
+XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
+CXX = ("CXX",)  # the C++ compiler the compiled front is built with
+VARIANTS = ("PYTHON_NATIVE_VARIANTS",)
+TORCH_LOGS = ("TORCH_LOGS",)  # torch's own logging switch, which our logger names join
+
+# Every switch with what it does, for the status report (keep in step with the readers below).
+SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (DISABLE_ALL, "every override off for the process (registrations recorded, never routed to)"),
+    (SKIP_VERSION_CHECK, "DSL version gates pass whatever version is installed"),
+    (ORDER_FN, "dotted path of a function ordering each slot's overrides"),
+    (DUMP_DIR, "folder where every generated router is written"),
+    (TRITON_INTERPRET, "run Triton kernels through Triton's CPU interpreter, overrides at the CPU key"),
+    (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
+    (FRONT, "which dispatch front serves: python (the routers alone) or compiled (built if needed); "
+            "unset: the compiled front where a build is cached"),
+    (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
+                  "'portable': the portable policy alone; 'off': no gate"),
+    (UNMEASURED, "install overrides no GPU has timed yet at GPU keys too (to calibrate or test them)"),
+    (CUTEDSL, "the CuTe DSL overrides route calls from the start (read when they install, at import)"),
+    (CACHE_DIR, "folder of the compiled-kernel cache (default: $XDG_CACHE_HOME or ~/.cache, python-native/kernels)"),
+    (CUTE_DSL_ARCH, "GPU architecture CuTe DSL kernels are compiled for, in place of the device's (e.g. sm_90a)"),
+    (XDG_CACHE_HOME, "user cache base folder; python-native's caches default to python-native/ under it"),
+    (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
+    (VARIANTS, "the variant each op's override runs, 'op=name;...' ('aten': the original kernel); "
+               "read at import, applied as each override registers"),
+    (TORCH_LOGS, "torch's logging switch: python_native (registration), +python_native (and each override), "
+                 "python_native_compile (kernel compiles)"),
+)
+
+_FALSY = frozenset({"", "0", "false", "no", "off"})
+_TRUTHY = frozenset({"1", "true", "yes", "on"})
+FLAG_SPELLINGS = "1/0, true/false, yes/no or on/off"
+
+
+def _first(names: tuple[str, ...]) -> str | None:
+    found = _first_set(names)
+    return found[1] if found is not None else None
+
+
+def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None and value.strip():
+            return name, value.strip()
+    return None
+
+
+def _flag(names: tuple[str, ...]) -> bool:
+    """Whether any of ``names`` is set to a true spelling; a value that is neither true nor false
+    counts as unset (off), warned about once and named in the status report."""
+    on = False
+    for name in names:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        word = value.strip().lower()
+        if word in _TRUTHY:
+            on = True
+        elif word not in _FALSY:
+            faults.report(name, f"{value!r} is not a flag value", f"use {FLAG_SPELLINGS}; treated as unset (off)",
+                          stacklevel=3)
+            continue
+        faults.resolve(name)
+    return on
+
+
+def overrides_disabled() -> bool:
+    """Every override off for the process: registrations are recorded but never routed to."""
+    return _flag(DISABLE_ALL)
+
+
+def skip_version_check() -> bool:
+    """DSL version gates pass whatever version is installed."""
+    return _flag(SKIP_VERSION_CHECK)
+
+
+def order_fn_path() -> str | None:
+    """Dotted path of a user function that orders each slot's overrides."""
+    return _first(ORDER_FN)
+
+
+def order_fn_setting() -> tuple[str, str] | None:
+    """``(variable, dotted path)`` of the ordering function, naming whichever variable set it."""
+    return _first_set(ORDER_FN)
+
+
+def dump_dir() -> str | None:
+    """Folder where every generated router is written for debugging."""
+    return _first(DUMP_DIR)
+
+
+def triton_interpret() -> bool:
+    """Run Triton kernels through Triton's interpreter, on CPU tensors."""
+    return _flag(TRITON_INTERPRET)
+
+
+def calibration_path() -> str | None:
+    """The calibration table file or folder named by the user, or None (the packaged tables)."""
+    return _first(CALIBRATION)
+
+
+def cutedsl_opted_in() -> bool:
+    """The CuTe DSL overrides route calls from the start instead of waiting for ``pn.cutedsl.enable()``."""
+    return _flag(CUTEDSL)
+
+
+def cache_dir() -> str | None:
+    """The kernel cache folder named by the user, or None (the default under the user cache base)."""
+    return _first(CACHE_DIR)
+
+
+def user_cache_base() -> str | None:
+    """``$XDG_CACHE_HOME`` when set."""
+    return _first(XDG_CACHE_HOME)
+
+
+def cute_dsl_arch() -> str | None:
+    """The architecture CuTe DSL kernels are compiled for when set (``sm_90a``), else None."""
+    return _first(CUTE_DSL_ARCH)
+
+
+def cxx() -> str | None:
+    """The C++ compiler named by ``$CXX``, or None."""
+    return _first(CXX)
+
+
+def torch_logs() -> str:
+    """torch's ``TORCH_LOGS`` setting ("" when unset), where it names our loggers too."""
+    return _first(TORCH_LOGS) or ""
+
+
+def triton_runtime_interprets() -> bool:
+    """Whether Triton's own ``TRITON_INTERPRET`` is on (what Triton reads as its kernels are defined)."""
+    return _flag(TRITON_INTERPRET[1:])
+
+
+def check_overrides() -> bool:
+    """Checked mode, read at each registration: every fired override is compared with aten's kernel
+    on the same inputs and a difference raises ``python_native.features.checked.OverrideMismatch``."""
+    return _flag(CHECK)
+
+
+def front_setting() -> str | None:
+    """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
+    value = _first(FRONT)
+    return value.lower() if value is not None else None
+
+
+def unmeasured_allowed() -> bool:
+    """Overrides no calibration table has timed are installed at GPU keys too (read at registration)."""
+    return _flag(UNMEASURED)
+
+
+def variant_choices() -> list[tuple[str, str]]:
+    """``PYTHON_NATIVE_VARIANTS`` as ``(op, variant)`` pairs, in order (``"aten::_softmax=aten;bmm=default"``).
+
+    Entries are separated by ``;``; an entry that is not ``op=name`` (an identifier for the name)
+    is dropped, and all such entries are named in one warning: a bad entry never fails ``import torch``.
+    """
+    found = _first_set(VARIANTS)
+    if found is None:
+        faults.resolve(VARIANTS[0])
+        return []
+    pairs, malformed = [], []
+    for entry in found[1].split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue
+        op, sep, name = (part.strip() for part in entry.partition("="))
+        symbol = op.replace("::", ".", 1)
+        if sep and op and name.isidentifier() and all(part.isidentifier() for part in symbol.split(".")):
+            pairs.append((op, name))
+        else:
+            malformed.append(entry)
+    if malformed:
+        faults.report(VARIANTS[0], f"malformed entries {malformed!r} dropped",
+                      "write each entry as op=variant, separated by ';' (e.g. 'aten::_softmax=aten;bmm=default')",
+                      stacklevel=3)
+    else:
+        faults.resolve(VARIANTS[0])
+    return pairs
+
+
+def import_time_values() -> tuple[str | None, ...]:
+    """The raw values of the switches whose effect is fixed when the overrides install at import
+    (the panel compares them later, to honour or refuse a change: ``_bootstrap.settle``)."""
+    return tuple(os.environ.get(name) for name in (*DISABLE_ALL, *TRITON_INTERPRET))
+
+
+def current() -> list[dict[str, str | None]]:
+    """Each switch: its name, the variable that set it (when an alias did), its value, its meaning,
+    and what is wrong with the value (``problem``, None when nothing is)."""
+    rows = []
+    for names, meaning in SWITCHES:
+        found = _first_set(names)
+        problems = [p for p in (faults.problem_of(name) for name in names) if p is not None]
+        rows.append(
+            {
+                "name": names[0],
+                "set_by": found[0] if found is not None else None,
+                "value": found[1] if found is not None else None,
+                "meaning": meaning,
+                "problem": "; ".join(problems) or None,
+            }
+        )
+    return rows

@@ -1,0 +1,103 @@
+"""The module type of ``python_native``, and its mounting at ``torch.backends.python_native``.
+
+``python_native`` is a module whose class adds the attributes that must be computed on access
+(``all_dsls``, ``available_dsls``) and ``pn.<dsl>`` controllers, like torch's own backend
+modules. Mounting puts that same module object at ``torch.backends.python_native``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+import types
+from functools import cache
+
+import torch
+
+from python_native.features import compiled
+from python_native.foundations import dsl_registry
+from python_native.panel import bootstrap as _bootstrap
+from python_native.panel.controller import DSLController
+
+PUBLIC_API = (
+    "all_dsls", "available_dsls", "get_dsl_operations", "operation_names", "register_dsl", "register_op_override",
+    "disable_operations", "enable_operations", "operations_disabled",
+    "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled",
+    "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
+    "reorder_overrides", "overrides", "router_source", "trace", "status",
+    "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
+    "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
+    "set_override_variant", "get_override_variant", "override_variant",
+)
+RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
+
+
+@cache
+def controller(name: str) -> DSLController:
+    return DSLController(name)
+
+
+class PythonNativeModule(types.ModuleType):
+    """``pn`` itself: a module with computed attributes and one controller per DSL."""
+
+    @property
+    def all_dsls(self) -> list[str]:
+        _bootstrap.settle()
+        return dsl_registry.names()
+
+    @property
+    def available_dsls(self) -> list[str]:
+        """The DSLs whose runtime can run here (``pn.status()`` says why one has no override installed)."""
+        _bootstrap.settle()
+        return [name for name in dsl_registry.names() if dsl_registry.available(name)]
+
+    @property
+    def compile_mode(self) -> str:
+        """How overrides meet torch.compile: "bypass" (default) or "keep" (see docs/compile.md)."""
+        return compiled.get()
+
+    @compile_mode.setter
+    def compile_mode(self, mode: str) -> None:
+        # Like torch's backend flags (and ``pn.<dsl>.enabled``): bare assignment is refused after
+        # ``torch.backends.disable_global_flags()``; the scoped form still works.
+        if torch.backends.flags_frozen():
+            raise RuntimeError(
+                "not allowed to set pn.compile_mode after torch.backends.disable_global_flags(); "
+                f"use `with pn.compile_mode_set({mode!r}):` instead"
+            )
+        compiled.set_mode(mode)
+
+    def __reduce__(self) -> tuple:
+        """``pn`` pickles by reference: unpickling imports it (one panel per process)."""
+        return (importlib.import_module, ("python_native",))
+
+    def __getattr__(self, name: str):
+        # Dunders are looked up during imports (inspect, pickling): never resolve them as DSLs.
+        if not (name.startswith("__") and name.endswith("__")):
+            if dsl_registry.is_known(name):
+                return controller(name)
+        if name.startswith("__"):
+            raise AttributeError(f"module 'python_native' has no attribute {name!r}")
+        dsls = self.all_dsls
+        close = difflib.get_close_matches(name, [*dsls, *PUBLIC_API], n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise AttributeError(f"module 'python_native' has no attribute {name!r}; {hint}(DSLs: {dsls})")
+
+    def __dir__(self) -> list[str]:
+        names = set(super().__dir__()) | set(PUBLIC_API)
+        try:
+            names |= set(self.all_dsls)
+        except Exception:  # a broken third-party DSL must not break dir()
+            pass
+        return sorted(names)
+
+
+def mount(module: types.ModuleType) -> None:
+    """Make ``module`` (python_native itself) the object at ``torch.backends.python_native``."""
+    dsl_registry.reserve_names(RESERVED_NAMES)
+    module.__class__ = PythonNativeModule
+    sys.modules["torch.backends.python_native"] = module
+    backends = sys.modules.get("torch.backends")
+    if backends is not None:
+        backends.python_native = module

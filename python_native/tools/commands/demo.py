@@ -1,0 +1,19 @@
+"""``python -m python_native demo``: a transformer block with the overrides on, then off."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run a small transformer block forward and backward with the overrides on and off, and compare"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from python_native.tools import demo
+
+    demo.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from python_native.tools import demo
+
+    return demo.run(args)

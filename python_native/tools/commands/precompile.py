@@ -1,0 +1,166 @@
+"""``python -m python_native precompile``: build the compiled dispatch front and the CuTe DSL kernels.
+
+The front (``python_native.features.front``) is built for the running torch and compiler into the user's
+cache; ``import torch`` loads it from there from then on. Every CuTe DSL specialization the op
+modules declare (op x dtype x size class) is compiled for ``--arch`` without a GPU, so the first
+call on a GPU machine loads a binary instead of compiling. A second run finds everything in the
+caches and says so (``"cached": true``). ``--arch``, ``--op``, ``--dtype`` and ``--size-class``
+are checked before anything is built; a bad value is answered in one line listing what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+
+HELP = "build the compiled dispatch front and the CuTe DSL kernels ahead of time (no GPU needed)"
+
+TARGETS = ("all", "front", "cutedsl")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dsl", choices=TARGETS, default="all",
+                        help="what to build: the compiled dispatch front, the CuTe DSL kernels, or both (default)")
+    parser.add_argument("--arch", default="sm_90a", help="target GPU architecture, e.g. sm_90a (H100) or sm_80")
+    parser.add_argument("--op", action="append", help="only this aten op (repeatable), e.g. _fused_rms_norm")
+    parser.add_argument("--dtype", action="append", help="only this dtype (repeatable): float32, float16, bfloat16")
+    parser.add_argument("--size-class", action="append", help="only this size class (repeatable): short, medium, long")
+    parser.add_argument("--cache-dir", help="cache folder (default: $PYTHON_NATIVE_CACHE_DIR or the user cache dir)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _bad(option: str, values: list[str] | None, allowed: list[str]) -> str | None:
+    """One line naming the values of ``option`` that are not ``allowed``, with close matches; None when all are."""
+    wrong = [v for v in values or () if v not in allowed]
+    if not wrong or not allowed:
+        return None
+    close = sorted({c for v in wrong for c in difflib.get_close_matches(v, allowed, n=2, cutoff=0.6)})
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{option} {', '.join(map(repr, wrong))} unknown; {hint}allowed: {', '.join(allowed)}"
+
+
+def _selected(entries: list, args: argparse.Namespace) -> list:
+    def keep(op: str, cls: str, variant) -> bool:
+        return (
+            (not args.op or op in args.op)
+            and (not args.dtype or variant.dtype in args.dtype)
+            and (not args.size_class or cls in args.size_class)
+        )
+
+    return [e for e in entries if keep(*e)]
+
+
+def _fail(message: str) -> int:
+    print(f"precompile: {message}", file=sys.stderr)
+    return 2
+
+
+def _build_front(args: argparse.Namespace) -> tuple[dict, int]:
+    from python_native.features import front
+
+    try:
+        result = front.ensure_built()
+    except Exception as e:  # the compiler's message is the report
+        result, failed = {"error": f"{type(e).__name__}: {e}"}, 1
+    else:
+        failed = 0
+    if not args.json:
+        state = result.get("error") or (
+            f"cached at {result['library']}" if result["cached"] else f"built in {result['seconds']} s: {result['library']}"
+        )
+        print(f"compiled dispatch front: {state}")
+    return result, failed
+
+
+def _kernel_entries(args: argparse.Namespace) -> tuple[list | None, str | None]:
+    """The CuTe DSL specializations to build (None when CuTe DSL is not installed), or why the options are bad."""
+    from python_native_dsls import cutedsl
+
+    if cutedsl._install_problem() is not None:
+        return None, None
+    # Compiling needs no device; hiding devices keeps the compiler from probing one.
+    os.environ.setdefault("CUTE_DSL_ARCH", args.arch)
+    from python_native_dsls.cutedsl.kernels import compiler
+    from python_native_dsls.cutedsl.ops import precompile_variants
+
+    entries = precompile_variants()
+    for option, values, allowed in (
+        ("--arch", [args.arch], compiler.known_archs()),
+        ("--op", args.op, sorted({op for op, _, _ in entries})),
+        ("--dtype", args.dtype, sorted({v.dtype for _, _, v in entries})),
+        ("--size-class", args.size_class, list(dict.fromkeys(cls for _, cls, _ in entries))),
+    ):
+        bad = _bad(option, values, allowed)
+        if bad:
+            return [], bad
+    entries = _selected(entries, args)
+    if not entries:
+        return [], "no specialization matches the given --op/--dtype/--size-class filters together"
+    return entries, None
+
+
+def run(args: argparse.Namespace) -> int:
+    entries: list | None = []
+    if args.dsl in ("all", "cutedsl"):
+        entries, bad = _kernel_entries(args)
+        if bad:
+            return _fail(bad)
+    front, front_failed = _build_front(args) if args.dsl in ("all", "front") else (None, 0)
+    if args.dsl == "front":
+        if args.json:
+            print(json.dumps({"front": front}, indent=2))
+        return front_failed
+    if entries is None:
+        from python_native_dsls import cutedsl
+
+        note = (f"CuTe DSL kernels skipped: {cutedsl._install_problem()}; "
+                "install it with `pip install python-native[cutedsl]`")
+        if args.json:
+            print(json.dumps({"front": front, "cutedsl": note}, indent=2))
+        else:
+            print(note)
+        return 1 if args.dsl == "cutedsl" or front_failed else 0
+    summary, failed = _build_kernels(entries, args)
+    summary = {"front": front, **summary}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['compiled']} compiled, {summary['cached']} reused from {summary['cache_dir']}, {failed} failed")
+    return 1 if failed or front_failed else 0
+
+
+def _build_kernels(entries: list, args: argparse.Namespace) -> tuple[dict, int]:
+    from python_native.features.kernel_cache import KernelCache
+    from python_native.tools.commands.progress import Progress
+    from python_native_dsls.cutedsl.kernels import compiler
+
+    cache = KernelCache(args.cache_dir) if args.cache_dir else KernelCache()
+    results, failed = [], 0
+    stream = sys.stderr if args.json else sys.stdout
+    with Progress(len(entries), f"precompile {args.arch}", stream=stream, quiet=args.json) as progress:
+        for op, cls, variant in entries:
+            row = {"op": op, "size_class": cls, **variant.describe()}
+            try:
+                _, cached, ms = compiler.build(variant, args.arch, cache)
+                row.update(cached=cached, ms=round(ms, 1))
+            except Exception as exc:  # report every kernel, then fail
+                failed += 1
+                row.update(cached=False, error=f"{type(exc).__name__}: {exc}")
+            results.append(row)
+            state = row.get("error") or ("cached" if row["cached"] else "compiled")
+            flags = ",".join(sorted(variant.flags)) or "-"
+            progress.step(f"{op:28} {variant.dtype:>8}->{variant.out_dtype:<8} {cls:6} {flags:11} "
+                          f"{row.get('ms', 0):8.1f} ms  {state}")
+    summary = {
+        "dsl": args.dsl,
+        "arch": args.arch,
+        "cache_dir": str(cache.root),
+        "kernels": results,
+        "compiled": sum(1 for r in results if not r["cached"] and "error" not in r),
+        "cached": sum(1 for r in results if r["cached"]),
+        "failed": failed,
+    }
+    return summary, failed
