@@ -103,6 +103,9 @@ def skipped_overrides() -> dict[str, str]:
 # plane may register it now. When python_native is importing this module from another thread at
 # this very moment, the import machinery reports a deadlock here; python_native registers it then.
 try:
+    # The package first: while another thread imports it, this waits on its import lock (or, where that
+    # thread waits on this module, the import machinery reports the deadlock) before any of its rooms.
+    import python_native  # noqa: E402, F401
     from python_native.panel import bootstrap as _bootstrap  # noqa: E402
 except RuntimeError as e:
     if type(e).__name__ != "_DeadlockError":
