@@ -94,7 +94,7 @@ def test_new_process_adopts_torch_native_at_import():
 
     code = (
         "import torch, python_native as pn\n"
-        "from python_native import native_bridge\n"
+        "from python_native.features import native_bridge\n"
         "from torch._native import registry\n"
         "assert not registry._aten_override_libs, registry._aten_override_libs\n"
         "graphs = [(op, key) for (op, key), nodes in registry._graphs.items() if nodes]\n"

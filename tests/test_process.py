@@ -77,7 +77,7 @@ def test_global_off_switch(var):
 def test_skip_version_check(var):
     code = (
         "from packaging.version import Version\n"
-        "from python_native import dsl_support\n"
+        "from python_native.panel import dsl_support\n"
         "print(dsl_support.version_problem('x', Version('1.0'), Version('9.0')))"
     )
     assert "outside the supported range" in run(code).stdout
