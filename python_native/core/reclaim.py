@@ -2,13 +2,14 @@
 
 A removal takes a piece out of service at once (a slot's registration leaves the dispatcher, a
 removed override's globals are rebound to pieces that hold nothing of the user's), but a call on
-another thread may be on its way into it: the dispatcher looked the kernel up and the call waits
-for the GIL, or a router frame is running. Whatever such a call still needs (the dispatcher's
-holder of a router, a compiled front, a removed override's globals) is *retired* here, and freed
-by one rule: the grace period has passed (a call that looked the piece up before it left has
-entered it by then), and no thread is inside it now (no frame runs with the slot's namespace as
-its globals, the piece's in-flight count is 0). Where no other thread exists, no call can be on
-its way in, so only the second half applies and the piece goes at once.
+another thread may still be inside it, or on its way in. Whatever such a call needs (the
+dispatcher's holder of a router, a compiled front, a slot's namespace, a removed override's
+globals) is *retired* here and freed by one rule: no thread is inside the piece (no frame runs with
+the slot's namespace as its globals, its in-flight count is 0), and no call can still be on its way
+in. Only the dispatcher hands out a way in that Python cannot see: a call that looked a kernel up
+just before it left may wait for the GIL before entering it, so a kept kernel (or front) also
+waits out the grace period, which bounds that wait. Globals are only reached from frames: they go
+as soon as no frame can look them up.
 
 One sweeper thread frees what is due; ``settle()`` waits until nothing is left. The core retires
 its routers, slots and removed overrides; a feature retires its own pieces through ``retire`` (the
@@ -17,7 +18,6 @@ compiled front retires its C++ fronts), so every removal follows the same rule.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -32,13 +32,14 @@ _RETRY_SECONDS = 0.25  # how soon the sweeper looks again at a piece a thread wa
 class Retired:
     """One piece out of service: what it keeps alive, how to tell a thread is inside, what to run when freed."""
 
-    __slots__ = ("what", "keep", "namespaces", "inflight", "release", "since")
+    __slots__ = ("what", "keep", "namespaces", "inflight", "release", "due")
 
     def __init__(self, what: str, keep: Any, namespaces: tuple[dict, ...], inflight: Callable[[], int] | None,
                  release: Callable[[], None] | None) -> None:
         self.what, self.keep, self.namespaces = what, keep, namespaces
         self.inflight, self.release = inflight, release
-        self.since = time.monotonic()
+        # A kept kernel or front waits out the grace period: a call may have been handed it just before.
+        self.due = time.monotonic() + (GRACE_SECONDS if keep is not None else 0.0)
 
     def busy(self, running: set[int]) -> bool:
         """Whether a thread is inside now (``running``: the ids of the globals of every frame running)."""
@@ -57,9 +58,12 @@ class Reclaimer:
 
     def retire(self, what: str, keep: Any = None, *, namespaces: Iterable[dict] = (),
                inflight: Callable[[], int] | None = None, release: Callable[[], None] | None = None) -> None:
-        """Keep ``keep`` (and run nothing) until ``what`` is free by the grace rule; then drop it and call
-        ``release()``. ``namespaces``: a frame running with one of them as globals is inside the piece;
-        ``inflight()``: how many calls are inside it below Python (a C++ kernel's count)."""
+        """Keep ``keep`` until ``what`` is free by the rule above; then drop it and call ``release()``.
+
+        ``keep``: a kernel or front the dispatcher may have handed to a call (it waits out the grace
+        period); ``namespaces``: a frame running with one of them as its globals is inside the piece;
+        ``inflight()``: how many calls are inside it below Python (a C++ kernel's count).
+        """
         entry = Retired(what, keep, tuple(namespaces), inflight, release)
         with self._lock:
             self._queue.append(entry)
@@ -70,19 +74,16 @@ class Reclaimer:
         with self._lock:
             if not self._queue:
                 return
-            frames = sys._current_frames()
-            alone = not (frames.keys() - {threading.get_ident(), self._sweeper_ident()})
-            deadline = time.monotonic() - GRACE_SECONDS
-            due = self._queue if alone else list(itertools.takewhile(lambda e: e.since <= deadline, self._queue))
+            now = time.monotonic()
+            due = [e for e in self._queue if e.due <= now]
             freed = []
             if due:
-                running = _running_globals(frames.values()) if any(e.namespaces for e in due) else set()
+                running = _running_globals() if any(e.namespaces for e in due) else set()
                 freed = [e for e in due if not e.busy(running)]
                 if freed:
                     gone = set(map(id, freed))
                     self._queue = [e for e in self._queue if id(e) not in gone]
             self._schedule()
-        del frames
         for entry in freed:  # outside the lock: a release or a destructor may retire something itself
             if entry.release is not None:
                 entry.release()
@@ -108,8 +109,8 @@ class Reclaimer:
         """Start the sweeper for what is left, unless it runs already (the caller holds the lock)."""
         if not self._queue or self._sweeper is not None:
             return
-        first_due = self._queue[0].since + GRACE_SECONDS - time.monotonic()
-        self._sweeper = threading.Timer(max(first_due, _RETRY_SECONDS), self._on_timer)
+        wait = min(e.due for e in self._queue) - time.monotonic()
+        self._sweeper = threading.Timer(max(wait, _RETRY_SECONDS), self._on_timer)
         self._sweeper.daemon = True
         self._sweeper.start()
 
@@ -117,11 +118,6 @@ class Reclaimer:
         with self._lock:
             self._sweeper = None
         self.sweep()
-
-    def _sweeper_ident(self) -> int | None:
-        """The sweeper's thread: never inside a piece, so it counts as no other thread."""
-        sweeper = self._sweeper
-        return sweeper.ident if sweeper is not None else None
 
     def _after_fork_in_child(self) -> None:
         """A forked child has only the forking thread: a lock another thread held stays held forever,
@@ -132,10 +128,10 @@ class Reclaimer:
             entry.inflight = None
 
 
-def _running_globals(frames: Iterable[Any]) -> set[int]:
-    """The ids of the globals of every frame on the given threads' stacks."""
+def _running_globals() -> set[int]:
+    """The ids of the globals of every frame on every thread's stack now."""
     found: set[int] = set()
-    for frame in frames:
+    for frame in sys._current_frames().values():
         while frame is not None:
             found.add(id(frame.f_globals))
             frame = frame.f_back
