@@ -88,6 +88,15 @@ def define():
         d.destroy()
 
 
+def each_redefinition(test):
+    """Run ``test`` under both fronts, with the definition's kernel at each key, for an op defined
+    again with its schema (``arity`` 1) and with another (``arity`` 2)."""
+    for mark in (pytest.mark.parametrize("arity", [1, 2], ids=["same-schema", "new-schema"]),
+                 pytest.mark.parametrize("key", KERNEL_KEYS), pytest.mark.both_fronts):
+        test = mark(test)
+    return test
+
+
 def _gone() -> None:
     """Nothing of ours is left on the op once its definition is destroyed and the removed pieces are freed."""
     assert REGISTRY.settle()
@@ -95,9 +104,7 @@ def _gone() -> None:
     assert not [s for s in REGISTRY.slots if s[0] == NS]
 
 
-@pytest.mark.both_fronts
-@pytest.mark.parametrize("key", KERNEL_KEYS)
-@pytest.mark.parametrize("arity", [1, 2], ids=["same-schema", "new-schema"])
+@each_redefinition
 def test_an_op_defined_again_routes_to_overrides_of_its_new_definition(arity, key, other_thread, define):
     first = define(1, 1.0, key)
     handle = first.override(10.0)
@@ -106,54 +113,33 @@ def test_an_op_defined_again_routes_to_overrides_of_its_new_definition(arity, ke
     assert first.call() == 2.0
     first.destroy()
     second = define(arity, 2.0, key)
-    try:
-        assert second.call() == arity + 2.0  # the new kernel, not a router built for the old schema
-        handle = second.override(100.0)
-        assert second.call() == 100.0  # the new definition's override runs
-        assert [o for o in pn.overrides() if o.lib == NS] == [handle]
-        handle.remove()
-        assert second.call() == arity + 2.0
-    finally:
-        second.destroy()
+    assert second.call() == arity + 2.0  # the new kernel, not a router built for the old schema
+    handle = second.override(100.0)
+    assert second.call() == 100.0  # the new definition's override runs
+    assert [o for o in pn.overrides() if o.lib == NS] == [handle]
+    handle.remove()
+    assert second.call() == arity + 2.0
+    second.destroy()
     _gone()
 
 
-@pytest.mark.both_fronts
-@pytest.mark.parametrize("key", KERNEL_KEYS)
-def test_overrides_of_a_destroyed_op_follow_a_definition_with_its_schema(key, other_thread, define):
+@each_redefinition
+def test_overrides_left_on_a_destroyed_op_follow_a_definition_with_its_schema_only(arity, key, other_thread, define):
     first = define(1, 1.0, key)
     old = first.override(10.0)
     first.destroy()  # the override is left registered
-    second = define(1, 2.0, key)
-    try:
-        new = second.override(100.0, priority=1)
-        assert second.call() == 100.0
-        new.remove()
+    second = define(arity, 2.0, key)
+    new = second.override(100.0, priority=1)
+    assert second.call() == 100.0
+    new.remove()
+    if arity == 1:  # the same arguments: the old override serves the new definition
         assert not old.removed and old in pn.overrides()
-        assert second.call() == 10.0  # the same arguments: the old override serves the new definition
-        old.remove()
-        assert second.call() == 3.0
-    finally:
-        second.destroy()
-    _gone()
-
-
-@pytest.mark.both_fronts
-@pytest.mark.parametrize("key", KERNEL_KEYS)
-def test_overrides_of_a_destroyed_op_leave_when_it_is_defined_with_another_schema(key, other_thread, define):
-    first = define(1, 1.0, key)
-    old = first.override(10.0)
-    first.destroy()
-    second = define(2, 2.0, key)
-    try:
-        new = second.override(100.0)
-        assert old.removed and old not in pn.overrides()  # written for arguments the op no longer takes
-        assert second.call() == 100.0
-        new.remove()
-        assert second.call() == 4.0
-        old.remove()  # a no-op now
-    finally:
-        second.destroy()
+        assert second.call() == 10.0
+    else:  # written for arguments the op no longer takes: removed
+        assert old.removed and old not in pn.overrides()
+    old.remove()
+    assert second.call() == arity + 2.0
+    second.destroy()
     _gone()
 
 
