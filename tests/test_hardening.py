@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import weakref
 
 import pytest
@@ -66,28 +67,58 @@ def test_removed_override_is_unreachable_and_dispatcher_restored():
     assert torch._C._dispatch_dump("aten::sub.Tensor") == before
 
 
-def test_register_remove_cycles_do_not_grow_the_router_namespace():
-    keeper = _register("sub.Tensor", never, marked_sub)
+def _tombstones(slot) -> dict:
+    """The conds of overrides removed from ``slot`` whose globals are still there, by uid."""
+    return {int(n.rsplit("_", 1)[1]): fn for n, fn in slot.namespace.items() if n.startswith("_pn_cond_")}
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["no-call-inside", "a-call-inside"])
+def test_register_remove_cycles_do_not_grow_the_router_namespace(inside):
+    """A removed override's globals go as soon as no call can look them up: at once, or once the
+    call inside the slot's router (blocked in the keeper's cond here) has left."""
+    entered, leave = threading.Event(), threading.Event()
+
+    def keeper_cond(self, other, alpha=1):
+        if self.numel() == 3 and float(self[0]) == 7.0:  # the blocked call's input
+            entered.set()
+            leave.wait(60)
+        return False
+
+    keeper = _register("sub.Tensor", keeper_cond, marked_sub)
+    blocked = threading.Thread(target=torch.sub, args=(torch.full((3,), 7.0), torch.ones(3)))
     try:
+        if inside:
+            blocked.start()
+            assert entered.wait(30)
         slot = REGISTRY.slots[("aten", "sub.Tensor", "CPU")]
         x = torch.arange(3.0)
         sizes = []
-        for _ in range(3):
+        for batch in range(3):
             for _ in range(100):
                 h = _register("sub.Tensor", always, marked_sub)
                 torch.sub(x, x)
                 h.remove()
+            tombstones = _tombstones(slot)
+            assert tombstones.pop(keeper.uid) is keeper_cond
+            # Kept only while a call is inside, and holding nothing of the removed overrides then.
+            assert len(tombstones) == (100 * (batch + 1) if inside else 0)
+            assert all(fn is routers.declined for fn in tombstones.values())
+            impls = [fn for n, fn in slot.namespace.items() if n.startswith("_pn_impl_") and fn is not marked_sub]
+            assert all(fn.func is routers.call_again for fn in impls)
             sizes.append((len(slot.namespace), len(slot.codes)))
-        assert sizes[0] == sizes[-1], sizes
-        assert sizes[-1][1] <= 2, (sizes, list(slot.codes))
-        # Besides the keeper, only tombstones of the latest removals remain, holding nothing of theirs.
-        conds = {int(name.rsplit("_", 1)[1]): fn for name, fn in slot.namespace.items() if name.startswith("_pn_cond_")}
-        assert conds.pop(keeper.uid) is never
-        assert len(conds) <= routers.TOMBSTONES_KEPT and all(fn is routers.declined for fn in conds.values())
-        impls = [fn for name, fn in slot.namespace.items() if name.startswith("_pn_impl_") and fn is not marked_sub]
-        assert all(fn.func is routers.call_again for fn in impls)
+        if inside:
+            leave.set()
+            blocked.join()
+            assert REGISTRY.settle()
+        else:
+            assert sizes[0] == sizes[-1], sizes
+        assert list(_tombstones(slot)) == [keeper.uid]
+        assert len(slot.codes) <= 2, list(slot.codes)
         assert all(set(k[0]) <= {keeper.uid} for k in slot.codes)
     finally:
+        leave.set()
+        if blocked.is_alive():
+            blocked.join()
         keeper.remove()
 
 

@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SOAK_SECONDS = int(os.environ.get("SOAK_TEST_SECONDS", "60"))
 # Removing a slot's *last* override while other threads call that op: the slot leaves the
-# dispatcher only once no call can be inside it (``Registry._retire``), so the soak does it too.
+# dispatcher at once, and what a call may still be inside is freed only once none can be
+# (``core.reclaim``), so the soak does it too.
 REMOVE_LAST_OVERRIDE_UNDER_CALLERS = True
 # Resident memory may grow this much from the end of the warm-up to the end (allocator caches,
 # interned strings); a leak of a router or a tensor per call or per cycle is far beyond it.

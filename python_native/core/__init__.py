@@ -4,5 +4,6 @@ It knows nothing of the features built on it. They plug in through ``extensions`
 wrappers applied when an override is committed (baked into the generated router, never looked
 up per call) and listeners told when the set of overrides changes. Import the rooms directly:
 ``python_native.core.registry`` (the ``REGISTRY`` of the process), ``core.handles``,
-``core.extensions``, ``core.slots``, ``core.routers``, ``core.ordering``, ``core.index``.
+``core.extensions``, ``core.slots``, ``core.routers``, ``core.reclaim`` (what removals take out of
+service, freed once no call can be inside it), ``core.ordering``, ``core.index``.
 """

@@ -5,6 +5,9 @@ each piece (the functional op and its derived variants) to its slot. Every later
 removal, a disable, a scope, a trace) re-selects the router of the slots it touches (see
 ``routers``): cheap enough for toggles in hot loops. Features hear about changes through
 ``extensions``; the registry never names them.
+
+A slot serves one definition of its op (``slots``): an op destroyed and defined again gets a new
+slot at its next registration, and what was taken out of service is freed by ``reclaim``.
 """
 
 from __future__ import annotations
@@ -12,12 +15,10 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sys
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from python_native.core import arguments, extensions, reasons, routers, slots
+from python_native.core import arguments, extensions, reasons, reclaim, routers, slots
 from python_native.core import variants as variants_
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
@@ -46,9 +47,6 @@ class Registry:
         self.unroutable_dsls: set[str] = set()  # DSLs whose runtime cannot run here: never routed to
         self._routability_checked: set[str] = set()  # each DSL's runtime is checked once
         self._uids = itertools.count()
-        self._tombstones = routers.Tombstones()
-        self._retired: dict[Slot, float] = {}  # slots left with no override, kept registered for now
-        self._sweeper: threading.Timer | None = None
 
     # ----- activity -----
 
@@ -109,7 +107,10 @@ class Registry:
             for handle in handles:  # derived overrides share the functional one's variants and choice
                 handle.variants, handle.variant = declared, chosen
             # Everything that can fail on the user's behalf (ordering) runs before the dispatcher
-            # changes; installing a slot is the last step that can fail.
+            # changes; installing a slot is the last step that can fail. (A slot of an op defined
+            # again is replaced first: it serves a definition that is gone either way.)
+            for h in handles:
+                self._follow_definition(h.lib, h.op, h.dispatch_key)
             orders = [self.ordering.ordered(h.op, h.dispatch_key, self._existing(h) + [h]) for h in handles]
             handle_slots = [self._slot_for(h) for h in handles]
             for handle, slot, order in zip(handles, handle_slots, orders, strict=True):
@@ -123,11 +124,39 @@ class Registry:
 
     def _slot_for(self, handle: OverrideHandle) -> Slot:
         slot = self.slots.get((handle.lib, handle.op, handle.dispatch_key))
-        if slot is not None:
-            self._retired.pop(slot, None)  # a retired slot serves again: nothing changes in the dispatcher
-        else:
+        if slot is None:
             slot = self._install_slot(handle.lib, schema.signature_of(handle.lib, handle.op), handle.dispatch_key)
         return slot
+
+    def _follow_definition(self, lib: str, op: str, key: str) -> None:
+        """Replace the slot of ``lib::op`` at ``key`` if its op was destroyed and defined again.
+
+        Its overrides were written for the old definition: with the same schema they move to a
+        new slot over the new definition (an op whose torch object was merely dropped looks the
+        same); with another schema they are removed. The old slot leaves the dispatcher first, so
+        the new one captures the new definition's kernel, never the old router.
+        """
+        old = self.slots.get((lib, op, key))
+        if old is None or not slots.redefined(old):
+            return
+        moving, old.overrides = old.overrides, []
+        self.index.reindex(old)
+        self.refresh(old)
+        self._uninstall_slot(old)
+        try:
+            if not slots.schema_kept(old):
+                raise ValueError(f"{old.op_name} was defined again with another schema")
+            new = self._install_slot(lib, schema.signature_of(lib, op), key)
+        except Exception as e:  # they cannot follow: removed, as ``remove`` would
+            log.warning("python_native: %s; its overrides (%s) were written for the old definition and are removed",
+                        e, ", ".join(o.name for o in moving))
+            for o in moving:
+                o._removed = True
+                extensions.notify(extensions.OVERRIDE_REMOVED, o)
+            extensions.notify(extensions.OVERRIDES_CHANGED)
+            return
+        for i, o in enumerate(moving):  # one at a time: the router names only overrides already bound
+            self._commit(o, new, moving[: i + 1])
 
     def _new_handle(self, dsl, lib, sig, key, cond, impl, unconditional, priority, epilogue, takes_plan) -> OverrideHandle:
         uid = next(self._uids)
@@ -172,8 +201,10 @@ class Registry:
             return slots.recapture(slot, error)
 
     def _uninstall_slot(self, slot: Slot) -> None:
-        """Take ``slot``'s registration out of the dispatcher and forget the slot entirely."""
-        self.slots.pop(slot.key, None)
+        """Take ``slot``'s registration out of the dispatcher and forget the slot entirely (a slot
+        that replaced it under the same name stays)."""
+        if self.slots.get(slot.key) is slot:
+            del self.slots[slot.key]
         slots.unregister_entry(slot)
         slot.codes.clear()
 
@@ -201,8 +232,10 @@ class Registry:
     def remove(self, handle: OverrideHandle) -> None:
         """Take ``handle`` (and its derived variants) out; nothing of them stays reachable.
 
-        The slot's router is swapped first, then the override's globals and every cached router
-        variant naming it are dropped. A slot left with no override is uninstalled.
+        The slot's router is swapped first, then the override's globals become tombstones and
+        every cached router variant naming it is dropped (``routers.bury``). A slot left with no
+        override leaves the dispatcher at once; what a call on its way in may still need waits in
+        ``reclaim`` until no call can be inside it.
         """
         with self.lock:
             removed = []
@@ -214,58 +247,19 @@ class Registry:
                 slot.overrides.remove(o)
                 self.index.reindex(slot)
                 self.refresh(slot)
-                self._tombstones.bury(slot, o)
+                routers.bury(slot, o)
                 if not slot.overrides:
-                    self._retire(slot)
+                    self._uninstall_slot(slot)
                 removed.append(o)
             for o in removed:
                 extensions.notify(extensions.OVERRIDE_REMOVED, o)
             if removed:
                 extensions.notify(extensions.OVERRIDES_CHANGED)
 
-    def _retire(self, slot: Slot) -> None:
-        """A slot left with no override leaves the dispatcher, at once where no other thread can be
-        calling it, else once calls have had ``RETIRE_SECONDS`` to leave (its router meanwhile only
-        calls the captured kernel, and a new override of the op takes the slot back)."""
-        if not self._other_threads():
-            self._uninstall_slot(slot)
-            return
-        self._retired[slot] = time.monotonic()
-        if self._sweeper is None:
-            self._sweeper = threading.Timer(RETIRE_SECONDS, self._sweep_retired)
-            self._sweeper.daemon = True
-            self._sweeper.start()
-
-    def _other_threads(self) -> set[int]:
-        """Threads besides this one that could be inside a call (the retirement timer cannot)."""
-        others = set(sys._current_frames()) - {threading.get_ident()}
-        if self._sweeper is not None and self._sweeper.ident is not None:
-            others.discard(self._sweeper.ident)
-        return others
-
-    def _sweep_retired(self) -> None:
-        """Uninstall the retired slots whose grace has passed and whose router no thread runs."""
-        with self.lock:
-            self._sweeper = None
-            now = time.monotonic()
-            running = slots.running_codes()
-            for slot, since in list(self._retired.items()):
-                codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
-                if slot.overrides or now - since < RETIRE_SECONDS or codes & running:
-                    continue
-                del self._retired[slot]
-                self._uninstall_slot(slot)
-            if self._retired:
-                self._sweeper = threading.Timer(RETIRE_SECONDS, self._sweep_retired)
-                self._sweeper.daemon = True
-                self._sweeper.start()
-
-    def settle(self, timeout: float = 10.0) -> bool:
-        """Wait until every retired slot has left the dispatcher; True when none is left."""
-        deadline = time.monotonic() + timeout
-        while self._retired and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return not self._retired
+    @staticmethod
+    def settle(timeout: float = 10.0) -> bool:
+        """Wait until everything removed has been freed (``reclaim.settle``); True when nothing is left."""
+        return reclaim.settle(timeout)
 
     # ----- routers -----
 
@@ -379,8 +373,6 @@ class Registry:
         return slot.current_source
 
 
-RETIRE_SECONDS = 1.0
-
 REGISTRY = Registry()
 
 
@@ -393,8 +385,6 @@ def _renew_locks_in_child() -> None:
     if not REGISTRY.lock._is_owned():
         REGISTRY.lock = threading.RLock()
     REGISTRY.traces._lock = threading.Lock()
-    REGISTRY._sweeper = None  # the timer thread did not survive the fork; the next removal starts one
-    slots.GRAVEYARD.renew_lock()
 
 
 if hasattr(os, "register_at_fork"):

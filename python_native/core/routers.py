@@ -9,20 +9,18 @@ on a decline): the generated code names them, never the handle.
 
 from __future__ import annotations
 
-import collections
 import functools
 import types
 from typing import Any
 
 import torch
 
-from python_native.core import reasons
+from python_native.core import reasons, reclaim
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
 from python_native.foundations import codegen, schema
 
 MAX_CACHED_VARIANTS = 64
-TOMBSTONES_KEPT = 64
 _PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_", "_pn_explain_")
 
 
@@ -75,34 +73,30 @@ def make_entry(slot: Slot) -> types.FunctionType:
     return codegen.make_function(code, slot.namespace, slot.sig, slot.file_stem)
 
 
-class Tombstones:
-    """Globals of recently removed overrides, rebound to pieces that hold nothing of the user's.
+def bury(slot: Slot, o: OverrideHandle) -> None:
+    """Drop everything of the removed ``o`` from ``slot``: its cached routers at once, its globals once
+    no call can look them up (``reclaim``).
 
-    A call that entered the router just before a removal may still look the override's globals
-    up, so they become a cond that declines and an impl that calls the functional op again
-    through the dispatcher (which now routes without it). The last ``TOMBSTONES_KEPT`` removals
-    keep them; older ones are deleted, so namespaces stay bounded.
+    A call that entered the router just before the removal may still look the override's globals
+    up, so until then they are *tombstones*: a cond that declines and an impl that calls the
+    functional op again through the dispatcher (which now routes without it), holding nothing of
+    the user's.
     """
+    uid, ns = o.uid, slot.namespace
+    functional = schema.find_overload(o.lib, o.functional.op)
+    ns[f"_pn_cond_{uid}"] = declined
+    ns[f"_pn_impl_{uid}"] = functools.partial(call_again, functional, o.takes_plan)
+    ns[f"_pn_label_{uid}"] = "python_native::removed"
+    ns[f"_pn_event_{uid}"] = ns["_pn_fallback_event"]
+    ns[f"_pn_explain_{uid}"] = removed_reason
+    for key in [k for k in slot.codes if uid in k[0]]:
+        del slot.codes[key]
+    reclaim.retire(f"globals of {o.name}", namespaces=(ns,), release=functools.partial(_forget, ns, uid))
 
-    def __init__(self) -> None:
-        self._kept: collections.deque[tuple[dict, int]] = collections.deque()
 
-    def bury(self, slot: Slot, o: OverrideHandle) -> None:
-        """Drop everything of ``o`` from ``slot``: its cached routers at once, its globals soon."""
-        uid, ns = o.uid, slot.namespace
-        functional = schema.find_overload(o.lib, o.functional.op)
-        ns[f"_pn_cond_{uid}"] = declined
-        ns[f"_pn_impl_{uid}"] = functools.partial(call_again, functional, o.takes_plan)
-        ns[f"_pn_label_{uid}"] = "python_native::removed"
-        ns[f"_pn_event_{uid}"] = ns["_pn_fallback_event"]
-        ns[f"_pn_explain_{uid}"] = removed_reason
-        for key in [k for k in slot.codes if uid in k[0]]:
-            del slot.codes[key]
-        self._kept.append((ns, uid))
-        while len(self._kept) > TOMBSTONES_KEPT:
-            old_ns, old_uid = self._kept.popleft()
-            for prefix in _PER_OVERRIDE_GLOBALS:
-                old_ns.pop(f"{prefix}{old_uid}", None)
+def _forget(ns: dict, uid: int) -> None:
+    for prefix in _PER_OVERRIDE_GLOBALS:
+        ns.pop(f"{prefix}{uid}", None)
 
 
 def declined(*args: Any, **kwargs: Any) -> bool:

@@ -1,19 +1,21 @@
-"""Slots: one ``(namespace, op, dispatch key)`` in the dispatcher, and its registration there.
+"""Slots: one definition of ``(namespace, op)`` at one dispatch key, and its registration there.
 
 The first override of a slot captures the kernel the dispatcher had at the key (the *fallback*)
 and registers the slot's router function once, through a ``torch.library.Library`` of the
 slot's own. Later changes swap the router's ``__code__`` (see ``routers``), never the
 registration. Uninstalling destroys that library, so the dispatcher is exactly as it was before
-the first override, and every reference the slot held is dropped.
+the first override; what a call on its way in may still need is retired (``reclaim``).
+
+A slot belongs to one *definition* of its op: the ``OpOverload`` torch had for it when the slot was
+made. Destroying the ``torch.library.Library`` that defined an op drops torch's object, so an op
+defined again under the same name (with its schema or another) has a new one, and gets a new slot
+(``Registry``): nothing built for the old definition (router, captured kernel) serves the new one.
 """
 
 from __future__ import annotations
 
 import builtins
 import inspect
-import sys
-import threading
-import time
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native.core import extensions
+from python_native.core import extensions, reclaim
 from python_native.foundations import codegen, epilogues, scalars, schema
 
 if TYPE_CHECKING:
@@ -39,14 +41,18 @@ _ALLOW_OVERRIDE = (
 class Slot:
     """One ``(lib, op, dispatch key)`` in the dispatcher and the overrides routed there."""
 
-    def __init__(self, lib: str, sig: schema.OpSignature, dispatch_key: str, namespace: dict[str, Any]):
+    def __init__(self, lib: str, sig: schema.OpSignature, dispatch_key: str, namespace: dict[str, Any],
+                 definition: torch._ops.OpOverload):
         self.lib = lib
         self.sig = sig
         self.dispatch_key = dispatch_key
         self.namespace = namespace  # the routers' globals: the fallback, each override's pieces
+        self.definition = definition  # torch's object for the op when the slot was made (see the module doc)
+        self.schema_text = str(definition._schema)
         self.overrides: list[OverrideHandle] = []
         self.entry: Any = None  # the function registered with the dispatcher
         self.library: torch.library.Library | None = None  # holds only this slot's registration
+        self.holder: Any = None  # the dispatcher's holder of ``entry`` while registered (a SafeKernelFunction)
         self.shadowed = ""  # the dispatcher's description of the kernel the fallback captured
         self.codes: dict[tuple, tuple[str, Any]] = {}  # compiled router variants, by active set
         self.current_source = ""
@@ -71,19 +77,21 @@ class Slot:
         return f"{self.lib}::{self.sig.qualified}"
 
 
-_captured: dict[tuple[str, str, str], Any] = {}  # (op, key, the dispatcher's description) -> kernel
+# (op, key, the dispatcher's description, the op's definition) -> kernel
+_captured: dict[tuple[str, str, str, Any], Any] = {}
 
 
-def current_kernel(lib: str, sig: schema.OpSignature, key: str, fresh: bool = False) -> Any:
+def current_kernel(lib: str, sig: schema.OpSignature, key: str, definition: Any, fresh: bool = False) -> Any:
     """The kernel the dispatcher runs now for ``lib::sig`` at ``key`` (what a new slot falls back to).
 
-    Captured once per kernel (its description in the dispatcher's dump names it): each capture
-    costs the kernel a token that torch never frees, so a slot installed again and again reuses
-    it. ``fresh`` captures anew (after a captured kernel was invalidated).
+    Captured once per kernel of a definition (its description in the dispatcher's dump names it,
+    but an op defined again registers its kernel under the same description): each capture costs
+    the kernel a token that torch never frees, so a slot installed again and again reuses it.
+    ``fresh`` captures anew (after a captured kernel was invalidated).
     """
     name = f"{lib}::{sig.qualified}"
     top = next((line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith(f"{key}:")), "")
-    cache_key = (name, key, top)
+    cache_key = (name, key, top, definition)
     kernel = None if fresh or not top else _captured.get(cache_key)
     if kernel is None:
         try:
@@ -97,13 +105,32 @@ def current_kernel(lib: str, sig: schema.OpSignature, key: str, fresh: bool = Fa
     return kernel
 
 
+def definition_of(lib: str, sig: schema.OpSignature) -> torch._ops.OpOverload | None:
+    """Torch's object for ``lib::sig`` now (None while the op is not defined)."""
+    return schema.find_overload(lib, sig.qualified)
+
+
+def redefined(slot: Slot) -> bool:
+    """Whether ``slot``'s op was destroyed (and maybe defined again) since the slot was made."""
+    return definition_of(slot.lib, slot.sig) is not slot.definition
+
+
+def schema_kept(slot: Slot) -> bool:
+    """Whether ``slot``'s op is defined now with the schema the slot was built for."""
+    now = definition_of(slot.lib, slot.sig)
+    return now is not None and str(now._schema) == slot.schema_text
+
+
 def new_slot(lib: str, sig: schema.OpSignature, key: str, emit: Callable[..., None],
              recapture: Callable[[Slot, RuntimeError], bool]) -> Slot:
-    """A slot whose namespace holds the captured fallback and everything a router names."""
+    """A slot of the op's current definition; its namespace holds the captured fallback and everything a router names."""
+    definition = definition_of(lib, sig)
+    if definition is None:
+        raise ValueError(f"{lib}::{sig.qualified} does not exist")
     namespace: dict[str, Any] = {
         "__name__": f"python_native.routers.{lib}",
         "__builtins__": builtins,
-        "_pn_fallback": current_kernel(lib, sig, key),
+        "_pn_fallback": current_kernel(lib, sig, key, definition),
         "_pn_profiler": _profiler,
         "_pn_record_function": torch.autograd.profiler.record_function,
         "_pn_trace": emit,
@@ -113,7 +140,7 @@ def new_slot(lib: str, sig: schema.OpSignature, key: str, emit: Callable[..., No
         codegen.UNAVAILABLE_GLOBAL: codegen.OverrideUnavailable,
         **epilogues.EPILOGUE_GLOBALS,
     }
-    slot = Slot(lib, sig, key, namespace)
+    slot = Slot(lib, sig, key, namespace, definition)
     namespace["_pn_recapture"] = lambda error: recapture(slot, error)
     return slot
 
@@ -127,10 +154,11 @@ def register_entry(slot: Slot) -> None:
             warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
             warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
             library.impl(slot.sig.qualified, slot.entry, slot.dispatch_key, with_keyset=True, **_ALLOW_OVERRIDE)
+        holder = torch.library.get_kernel(slot.op_name, slot.dispatch_key)  # ours: the latest at the key
     except BaseException:
         library._destroy()
         raise
-    slot.library = library
+    slot.library, slot.holder = library, holder
     slot.shadowed = shadowed_kernel(slot)
     extensions.notify(extensions.SLOT_REGISTERED, slot)
 
@@ -140,65 +168,16 @@ def unregister_entry(slot: Slot) -> None:
     listeners hear first, so whatever they registered above it goes before it.
 
     A call on another thread may have looked our kernel up just before it went (and wait for the
-    GIL inside it): the dispatcher's holder of our router is kept alive (``GRAVEYARD``) until no
-    thread runs the router and a grace period has passed, so such a call finds it whole.
+    GIL inside it): the dispatcher's holder of our router and the slot's namespace are retired
+    (``reclaim``), so such a call finds them whole.
     """
     if slot.library is None:
         return
     extensions.notify(extensions.SLOT_UNREGISTERING, slot)
-    try:
-        keepalive = torch.library.get_kernel(slot.op_name, slot.dispatch_key)  # our router's holder
-    except RuntimeError:  # the op's schema is gone (its library destroyed): no call can reach it now
-        keepalive = None
-    library, slot.library = slot.library, None
+    library, holder = slot.library, slot.holder
+    slot.library = slot.holder = None
     library._destroy()
-    GRAVEYARD.bury(keepalive, slot)
-
-
-class Graveyard:
-    """Kernels taken out of the dispatcher, kept until no call can be inside them."""
-
-    GRACE_SECONDS = 1.0
-
-    def __init__(self) -> None:
-        self._kept: list[tuple[float, Any, frozenset]] = []
-        self._lock = threading.Lock()
-
-    def bury(self, kernel: Any, slot: Slot) -> None:
-        codes = frozenset(code for _, code in slot.codes.values()) | {slot.entry.__code__}
-        with self._lock:
-            self._kept.append((time.monotonic(), kernel, codes))
-        self.sweep()
-
-    def sweep(self) -> None:
-        """Let go of kernels buried longer than the grace period whose router no thread runs now."""
-        now = time.monotonic()
-        with self._lock:
-            due = [entry for entry in self._kept if now - entry[0] >= self.GRACE_SECONDS]
-            if not due:
-                return
-            running = running_codes()
-            self._kept = [entry for entry in self._kept if entry not in due or entry[2] & running]
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    def renew_lock(self) -> None:
-        """In a forked child: a lock another thread held at the fork stays held forever."""
-        self._lock = threading.Lock()
-
-
-def running_codes() -> set:
-    """The code objects on every thread's stack now."""
-    found = set()
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            found.add(frame.f_code)
-            frame = frame.f_back
-    return found
-
-
-GRAVEYARD = Graveyard()
+    reclaim.retire(f"router of {slot.label}", holder, namespaces=(slot.namespace,))
 
 
 def recapture(slot: Slot, error: RuntimeError) -> bool:
@@ -207,15 +186,20 @@ def recapture(slot: Slot, error: RuntimeError) -> bool:
     The kernel under ours changes when a ``torch.library.Library`` that provided it is destroyed;
     the captured one then refuses every call. Our registration is taken out to read the kernel now
     at the key, then put back. True when the caller should retry. The caller holds the lock.
+
+    The kernel also goes when the op itself was destroyed and defined again: with the schema the
+    router was built for, the slot then serves the new definition (as a registration would make
+    it do); with another one, nothing is retried (a registration replaces the slot).
     """
-    if slot.library is None:
+    if slot.library is None or not schema_kept(slot):
         return False
     stale = "invalidated" in str(error) or shadowed_kernel(slot) != slot.shadowed
     if not stale:
         return False
+    slot.definition = definition_of(slot.lib, slot.sig)
     unregister_entry(slot)
     try:
-        fallback = current_kernel(slot.lib, slot.sig, slot.dispatch_key, fresh=True)
+        fallback = current_kernel(slot.lib, slot.sig, slot.dispatch_key, slot.definition, fresh=True)
     except ValueError:
         fallback = None
     if fallback is not None:

@@ -110,13 +110,25 @@ def _python_name(name: str, taken: set[str]) -> str:
     return candidate
 
 
-@cache
+# (lib, op) -> (torch's object for the op, its signature): an op destroyed and defined again (maybe
+# with another schema) has a new object, so it is described anew, never from its old definition.
+_signatures: dict[tuple[str, str], tuple[torch._ops.OpOverload, OpSignature]] = {}
+
+
 def signature_of(lib_symbol: str, op_symbol: str) -> OpSignature:
-    """Describe ``lib_symbol::op_symbol``; raises ``ValueError`` if it does not exist."""
+    """Describe ``lib_symbol::op_symbol`` as defined now; raises ``ValueError`` if it does not exist."""
     overload = find_overload(lib_symbol, op_symbol)
     if overload is None:
         raise ValueError(f"{lib_symbol}::{op_symbol} does not exist")
-    schema = overload._schema
+    known = _signatures.get((lib_symbol, op_symbol))
+    if known is not None and known[0] is overload:
+        return known[1]
+    sig = _describe(overload._schema, op_symbol)
+    _signatures[(lib_symbol, op_symbol)] = (overload, sig)
+    return sig
+
+
+def _describe(schema: torch._C.FunctionSchema, op_symbol: str) -> OpSignature:
     params: list[Param] = []
     taken: set[str] = set()
     explicit = True

@@ -19,15 +19,14 @@ unset, a cached build is loaded (a few milliseconds) and nothing is ever compile
 ``import torch``: without a cached build the routers serve alone and ``pn.status()`` says how to
 build it (``python -m python_native precompile``).
 
-A removed front keeps its kernel alive until no call is inside it and a grace period has passed,
-so a call that looked it up just before it went never finds it freed.
+A removed front is retired to the core's reclaim queue (``core.reclaim``): it keeps its kernel
+alive until no call is inside it (its in-flight count) and the grace period has passed, so a call
+that looked it up just before it went never finds it freed.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,9 +34,7 @@ from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
 
-import torch
-
-from python_native.core import extensions
+from python_native.core import extensions, reclaim
 from python_native.core.registry import REGISTRY
 from python_native.features.front import build
 from python_native.foundations import env, nvml
@@ -46,7 +43,6 @@ log = logging.getLogger("python_native")
 
 ENV = "PYTHON_NATIVE_FRONT"
 CHOICES = ("python", "compiled")
-GRACE_SECONDS = 1.0
 # What gates call dtypes (``"float32"``) against the C++ scalar type names.
 _DTYPE_NAMES = {
     "float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "float64": "Double", "int64": "Long",
@@ -68,7 +64,6 @@ class _Front:
         self.fronts: dict[Any, Any] = {}  # slot -> its C++ front
         self.applied: dict[Any, tuple] = {}  # slot -> the masks last set (gated mode)
         self.mode_cells: dict[Any, memoryview] = {}  # slot -> its front's mode, as one writable uint32
-        self.graveyard: list[tuple[float, Any]] = []  # uninstalled fronts, kept while calls may be inside
         self.scalar_types: dict[str, int] = {}
 
 
@@ -193,7 +188,7 @@ def current() -> str:
 def _registered(slot: Any) -> None:
     front = _state.module.Front(
         f"{slot.lib}::{slot.sig.packet}", "" if slot.sig.overload == "default" else slot.sig.overload,
-        slot.dispatch_key, slot.namespace["_pn_fallback"], torch.library.get_kernel(slot.op_name, slot.dispatch_key),
+        slot.dispatch_key, slot.namespace["_pn_fallback"], slot.holder,
     )
     front.install()
     _state.fronts[slot] = front
@@ -211,14 +206,7 @@ def _unregistering(slot: Any) -> None:
     if front is None:
         return
     front.uninstall()
-    _state.graveyard.append((time.monotonic(), front))
-    _sweep()
-
-
-def _sweep() -> None:
-    """Let go of uninstalled fronts no call can be inside any more."""
-    now = time.monotonic()
-    _state.graveyard = [(t, f) for t, f in _state.graveyard if f.inflight or now - t < GRACE_SECONDS]
+    reclaim.retire(f"compiled front of {slot.label}", front, inflight=lambda: front.inflight)
 
 
 def _refreshed(slot: Any) -> None:
@@ -307,14 +295,6 @@ def describe() -> dict[str, Any]:
         "slots": modes,
     }
 
-
-def _forget_in_child() -> None:
-    """A forked child starts with no fronts in the graveyard it could wait on forever."""
-    _state.graveyard.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
 
 start()
 

@@ -97,6 +97,9 @@ class FrontKernel final : public c10::OperatorKernel {
   }
 
   static bool declined(const State& s, const torch::jit::Stack& stack) {
+    // Fewer arguments than the schema this front was made for: the op was defined again under it
+    // (the slot is replaced at its next registration); never read below the stack.
+    if (stack.size() < s.nargs) return false;
     const c10::IValue* args = stack.data() + (stack.size() - s.nargs);
     for (size_t i : s.positional) {
       const c10::IValue& v = args[i];
