@@ -12,19 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Protocol
+from typing import Any
 
 from packaging.version import Version
 
 log = logging.getLogger("python_native")
 
 ENTRY_POINT_GROUP = "python_native.dsls"
-
-
-class DSLModule(Protocol):
-    def runtime_available(self) -> bool: ...
-
-    def runtime_version(self) -> Version | None: ...
 
 
 _dsls: dict[str, Any] = {}

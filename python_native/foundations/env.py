@@ -102,11 +102,6 @@ def skip_version_check() -> bool:
     return _flag(SKIP_VERSION_CHECK)
 
 
-def order_fn_path() -> str | None:
-    """Dotted path of a user function that orders each slot's overrides."""
-    return _first(ORDER_FN)
-
-
 def order_fn_setting() -> tuple[str, str] | None:
     """``(variable, dotted path)`` of the ordering function, naming whichever variable set it."""
     return _first_set(ORDER_FN)
