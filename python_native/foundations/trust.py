@@ -74,9 +74,9 @@ def _judge(path: Path, info: os.stat_result, *, folder: bool, link_ok: bool = Fa
         raise Untrusted(path, "is not a regular file" if not folder else "is not a folder", f"remove {path}")
     sticky = folder and info.st_mode & stat.S_ISVTX
     if info.st_mode & _WRITABLE_BY_OTHERS and not sticky:
-        raise Untrusted(path, f"is writable by {'group' if info.st_mode & stat.S_IWGRP else 'others'} "
-                        f"(mode {stat.S_IMODE(info.st_mode):04o}): anyone who can write there could plant code",
-                        f"chmod go-w {path}")
+        who = " and ".join(w for bit, w in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if info.st_mode & bit)
+        raise Untrusted(path, f"is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o}): anyone who can "
+                        "write there could plant code", f"chmod go-w {path}")
 
 
 def resolve_root(root: str | os.PathLike[str]) -> Path:
