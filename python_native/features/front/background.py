@@ -41,9 +41,14 @@ class _Builder:
 
     pid: int
     since: float
-    log: Path
+    library: Path
+    where: build.Place
     exit_code: int | None = None
     finished: float | None = None
+
+    @property
+    def log(self) -> Path:
+        return log_path(self.library)
 
 
 _started: _Builder | None = None
@@ -78,15 +83,14 @@ def find_or_start() -> tuple[ModuleType | None, Path | None, str]:
         return None, None, "no cache folder passes the trust checks (see problems); the Python routers serve"
     if where.refused is not None:
         report_untrusted(where.refused, f"the compiled front is loaded from and built into {where.folder} instead")
-    key = build.build_key()
-    library = where.folder / build.library_name(key)
+    library = where.folder / build.library_name()
     try:
-        return build._load(build.verified(library, where, key)), library, \
-            "a cached build for this torch, compiler and source"
-    except FileNotFoundError:
-        pass
+        module, library = build.load_cached(where)
     except trust.Untrusted as e:
         report_untrusted(e, "the Python routers serve; a fresh build replaces it")
+        module = None
+    if module is not None:
+        return module, library, "a cached build for this torch, compiler and source"
     return None, library, start_build(where, library)
 
 
@@ -96,6 +100,8 @@ def start_build(where: build.Place, library: Path) -> str:
     if not env.background_build_allowed():
         return (f"no build for this torch and compiler yet; the Python routers serve. Build it once with "
                 f"`{PRECOMPILE}` ({env.BACKGROUND_BUILD[0]}=0 keeps it from being built in the background)")
+    if not hasattr(os, "posix_spawn"):
+        return f"no build yet (background builds need a POSIX system); the Python routers serve. Build it with `{PRECOMPILE}`"
     if build.compiler() is None:
         return f"no C++ compiler (${build.COMPILER_ENV} or `c++` on PATH) to build the compiled front: the Python routers serve"
     note = read_state(library, where)
@@ -111,7 +117,7 @@ def start_build(where: build.Place, library: Path) -> str:
         since = f" since {_clock(note['since'])}" if note.get("state") == "building" and "since" in note else ""
         return f"another process is building it in the background{since}; {_WAITING}"
     try:
-        builder = _spawn(lock, library)
+        builder = _spawn(lock, library, where)
     except OSError as e:
         return f"no build yet, and the background build could not start ({e}); the Python routers serve. Try `{PRECOMPILE}`"
     finally:
@@ -123,7 +129,7 @@ def _building(b: _Builder) -> str:
     return f"building in the background since {_clock(b.since)} (pid {b.pid}, log {b.log}); {_WAITING}"
 
 
-def _spawn(lock: int, library: Path) -> _Builder:
+def _spawn(lock: int, library: Path, where: build.Place) -> _Builder:
     """Start the builder: detached (its own session), nice 19, the lock on descriptor 3, output to the log."""
     global _started
     log = log_path(library)
@@ -145,7 +151,7 @@ def _spawn(lock: int, library: Path) -> _Builder:
     finally:
         for fd in (out, *copies):
             os.close(fd)
-    _started = _Builder(pid, time.time(), log)
+    _started = _Builder(pid, time.time(), library, where)
     return _started
 
 
@@ -172,11 +178,13 @@ def progress() -> str | None:
     if b.exit_code is None:
         try:
             pid, status = os.waitpid(b.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped elsewhere: its note says how it went
-            pid, status = b.pid, 0
-        if pid == 0:
+            code = os.waitstatus_to_exitcode(status) if pid else None
+        except ChildProcessError:  # reaped by someone else: its note says how it went
+            state = read_state(b.library, b.where).get("state")
+            code = None if state not in ("built", "failed") else 0 if state == "built" else 1
+        if code is None:
             return _building(b)
-        b.exit_code, b.finished = os.waitstatus_to_exitcode(status), time.time()
+        b.exit_code, b.finished = code, time.time()
     if b.exit_code == 0:
         return (f"built in the background in {b.finished - b.since:.0f} s (pid {b.pid}): processes started from now "
                 "on load the compiled front; this one keeps the Python routers")
@@ -192,6 +200,16 @@ def describe() -> dict[str, Any] | None:
         return None
     state = "building" if b.exit_code is None else "built" if b.exit_code == 0 else "failed"
     return {"state": state, "pid": b.pid, "since": _clock(b.since), "log": str(b.log)}
+
+
+def _forget_in_child() -> None:
+    """A forked child did not start the parent's builder (and cannot wait for it)."""
+    global _started
+    _started = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def read_state(library: Path, where: build.Place) -> dict[str, Any]:

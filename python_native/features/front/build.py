@@ -147,10 +147,11 @@ def verified(path: Path, where: Place, key: dict[str, str]) -> Path:
     return real
 
 
-def load_cached() -> tuple[ModuleType | None, Path]:
-    """The cached library's module, or None when this build has none yet (never compiles).
-    ``trust.Untrusted`` when the library or its folders fail a check: then nothing was loaded."""
-    key, where = build_key(), place()
+def load_cached(where: Place | None = None) -> tuple[ModuleType | None, Path]:
+    """``(module, library path)``: the cached library's module, or None when this build has none yet
+    (never compiles). ``trust.Untrusted`` when the library or its folders fail a check: then nothing
+    was loaded."""
+    key, where = build_key(), where or place()
     path = where.folder / library_name(key)
     try:
         return _load(verified(path, where, key)), path
