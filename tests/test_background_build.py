@@ -56,11 +56,11 @@ def test_a_first_process_builds_the_front_in_the_background_and_the_next_ones_lo
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         reports.append(json.loads(out)["front"])
-    assert all(r["front"] == "python" for r in reports)
     started = [r for r in reports if r["background_build"] is not None]
     assert len(started) == 1, [r["why"] for r in reports]
     builder = started[0]["background_build"]
-    assert started[0]["why"].startswith("building in the background since") and builder["state"] == "building"
+    assert started[0]["front"] == "python" and builder["state"] == "building"  # import torch did not wait
+    assert started[0]["why"].startswith("building in the background since")
     others = [r["why"] for r in reports if r is not started[0]]
     assert all("building it in the background" in why or "cached build" in why for why in others), others
     try:  # the importing processes have exited; the builder lives on, at low priority

@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -288,7 +287,7 @@ def _written(path: Path, data: bytes, mode: int, finish: Any) -> None:
 def _fresh_temp(path: Path, mode: int) -> Path:
     """A new, empty file of ours beside ``path`` (``O_EXCL``: never one someone else made), not
     writable by group or others whatever the umask."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
     try:
         os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~_WRITABLE_BY_OTHERS)
