@@ -17,6 +17,7 @@ small JSON file written under the trust rules), which the status report of every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -115,7 +116,7 @@ def start_build(where: build.Place, library: Path) -> str:
         return f"no build yet, and none can start in {where.folder} ({e}); the Python routers serve. Try `{PRECOMPILE}`"
     if lock is None:
         since = f" since {_clock(note['since'])}" if note.get("state") == "building" and "since" in note else ""
-        return f"another process is building it in the background{since}; {_WAITING}"
+        return f"another process is building it{since}; {_WAITING}"
     try:
         builder = _spawn(lock, library, where)
     except OSError as e:
@@ -133,7 +134,9 @@ def _spawn(lock: int, library: Path, where: build.Place) -> _Builder:
     """Start the builder: detached (its own session), nice 19, the lock on descriptor 3, output to the log."""
     global _started
     log = log_path(library)
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o644)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(log)  # a fresh file of ours, never one found there
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o644)
     copies: list[int] = []
     try:
         copies = [_above_stdio(out), _above_stdio(lock)]  # descriptors 0-3 are rewired in the builder
