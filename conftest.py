@@ -69,5 +69,8 @@ def _isolate_user_cache() -> None:
 
 
 _isolate_user_cache()
+# No test process starts a build of the compiled front in the background (the tests that are about
+# it turn it on for their own child processes, with their own cache folder).
+os.environ.setdefault("PYTHON_NATIVE_BACKGROUND_BUILD", "0")
 # The suite runs every kernel, also those no GPU has timed yet (which stay off at GPU keys otherwise).
 os.environ.setdefault("PYTHON_NATIVE_UNMEASURED", "1")

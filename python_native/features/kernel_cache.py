@@ -7,15 +7,20 @@ kernel's source. Any change to one of them gives another file name, so stale bin
 looked up.
 
 Each entry is one file: a magic line, a JSON header (the full key, the payload length and its
-SHA-256) and the payload. An entry whose magic, key, length or checksum does not match is treated
-as absent: it is removed and rebuilt, never loaded. Writers take an ``fcntl`` lock per entry
-(so concurrent processes build a kernel once), write to a temporary file and ``os.replace`` it,
-so readers see a whole entry or none.
+SHA-256) and the payload, with a manifest beside it recording the entry's size and SHA-256 when we
+wrote it. An entry is loaded only under the rules of ``foundations.trust``: the cache folder and
+every folder above it, the entry and its manifest are ours (or root's) and writable by nobody
+else, and the entry matches its manifest; a header checks the entry only against itself, so an
+entry someone else wrote or copied in is never taken for ours. An entry that fails a check is
+removed and rebuilt, never loaded (and named in the status report when it was not simply
+missing). Writers take a lock per entry (so concurrent processes build a kernel once), write to a
+fresh temporary file and rename it, so readers see a whole entry or none.
 
 Anything found at an entry's path that is not a regular file of sane size (a folder, a FIFO, a
-device, a link to one) is never read. A cache folder that cannot be used (not writable, a file, a
-lock that cannot be taken) costs the cache only: kernels are built without it, and the problem is
-reported once and in the status report (see ``faults``).
+device, a link) is never read. A cache folder that cannot be used (not writable, a file, a lock that
+cannot be taken) or that fails the trust checks costs the cache only: kernels are built without it,
+and the problem is reported once and in the status report (see ``faults``). While
+``PYTHON_NATIVE_DISABLE`` is set, nothing is read from the cache.
 
 Location: ``$PYTHON_NATIVE_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/python-native`` (or
 ``~/.cache/python-native``), in a ``kernels`` subfolder.
@@ -27,14 +32,12 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from python_native.foundations import env, faults
+from python_native.foundations import env, faults, trust
 
 try:
     import fcntl
@@ -95,34 +98,48 @@ class KernelCache:
     def path(self, key: EntryKey) -> Path:
         return self.root / key.file_name()
 
-    def load(self, key: EntryKey) -> bytes | None:
-        """The payload stored for ``key``, or None when absent or not a valid entry for it."""
-        path = self.path(key)
-        data = _read_regular(path)
-        if data is _ABSENT:
+    def trusted_root(self) -> Path:
+        """The cache folder, checked against the trust rules (``trust.Untrusted`` when it fails)."""
+        return trust.check_folder(self.root, self.root)
+
+    def load(self, key: EntryKey, *, settled: bool = False) -> bytes | None:
+        """The payload stored for ``key``, or None when absent or not a valid entry of ours for it.
+
+        An entry that fails a check is looked at again under its lock (``settled``: the caller holds
+        it), so a write in progress is waited for, not taken for damage; still failing, it is
+        removed and named in the status report."""
+        if env.overrides_disabled():
             return None
-        payload = None if data is None else _decode(data, key)
-        if payload is None:
-            with contextlib.suppress(OSError):
-                path.unlink()  # a link goes, never what it points to; a folder stays (and is never read)
+        try:
+            path = self.trusted_root() / key.file_name()
+        except trust.Untrusted as e:
+            self._untrusted(e)
+            return None
+        try:
+            data, _ = trust.read_verified(path, self.root, MAX_ENTRY_BYTES)
+        except FileNotFoundError:
+            return None
+        except trust.Untrusted as e:
+            if not settled:
+                lock = self._lock(key)
+                if lock is None:
+                    return None
+                with lock:
+                    return self.load(key, settled=True)
+            self._rejected(e)
+            trust.forget(path)
+            return None
+        payload = _decode(data, key)
+        if payload is None:  # one of ours, for another key (moved by hand): never taken for this one
+            trust.forget(path)
         return payload
 
     def store(self, key: EntryKey, payload: bytes) -> Path:
-        """Write ``payload`` for ``key`` atomically; returns the entry's path."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.path(key)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".bin")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_encode(key, payload))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return path
+        """Write ``payload`` for ``key`` atomically, with its manifest; returns the entry's path."""
+        folder = trust.make_folder(self.root, self.root)
+        path = folder / key.file_name()
+        trust.write_artefact(path, _encode(key, payload))
+        return self.path(key)
 
     def get_or_build(self, key: EntryKey, build: Callable[[], bytes]) -> tuple[bytes, bool]:
         """``(payload, cached)``: the stored payload, or ``build()``'s, stored once across processes.
@@ -132,11 +149,13 @@ class KernelCache:
         payload = self.load(key)
         if payload is not None:
             return payload, True
+        if env.overrides_disabled():
+            return build(), False
         lock = self._lock(key)
         if lock is None:
             return build(), False
         with lock:
-            payload = self.load(key)  # another process may have built it while we waited
+            payload = self.load(key, settled=True)  # another process may have built it while we waited
             if payload is not None:
                 return payload, True
             payload = build()
@@ -151,20 +170,36 @@ class KernelCache:
     def _lock(self, key: EntryKey) -> contextlib.AbstractContextManager | None:
         """The cross-process lock of ``key``'s entry, taken; None when the folder cannot hold one."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            if fcntl is None:
-                return contextlib.nullcontext()
-            lock = open(self.root / (key.file_name() + ".lock"), "a+b")  # closed by _held
+            folder = trust.make_folder(self.root, self.root)
+            fd = trust.open_lock(folder / (key.file_name() + ".lock"))
+        except trust.Untrusted as e:
+            self._untrusted(e)
+            return None
         except (OSError, ValueError) as e:
             self._unusable(e)
             return None
         try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as e:
-            lock.close()
+            os.close(fd)
             self._unusable(e)
             return None
-        return _held(lock)
+        return _held(fd)
+
+    def _untrusted(self, e: trust.Untrusted) -> None:
+        faults.report(
+            _FAULT_SOURCE, f"the folder {str(self.root)!r} cannot be used: {e.path} {e.why}",
+            f"{e.remedy}, or point {CACHE_DIR_ENV} at a private folder; kernels are compiled without caching meanwhile",
+            stacklevel=4,
+        )
+
+    def _rejected(self, e: trust.Untrusted) -> None:
+        faults.report(
+            _ENTRY_SOURCE, f"an entry was not loaded: {e.path} {e.why}",
+            f"nothing to do (it was removed and is rebuilt); if this recurs, check who writes to {self.root}",
+            stacklevel=4,
+        )
 
     def _unusable(self, error: Exception, what: str = "") -> None:
         why = str(error)
@@ -178,39 +213,15 @@ class KernelCache:
 
 
 _FAULT_SOURCE = "kernel cache"
-_ABSENT: Any = object()  # nothing at the entry's path
+_ENTRY_SOURCE = "kernel cache entry"
 
 
 @contextlib.contextmanager
-def _held(lock: Any) -> Iterator[None]:
+def _held(fd: int) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-        lock.close()
-
-
-def _read_regular(path: Path) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``MAX_ENTRY_BYTES``; ``_ABSENT``
-    when nothing is there; None for anything else (never blocking on a FIFO, never reading a device)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        return _ABSENT
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_ENTRY_BYTES + 1)
-        return data if len(data) <= MAX_ENTRY_BYTES else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the lock
 
 
 def _encode(key: EntryKey, payload: bytes) -> bytes:

@@ -21,6 +21,7 @@ DUMP_DIR = ("PYTHON_NATIVE_DUMP_DIR",)
 TRITON_INTERPRET = ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")
 CHECK = ("PYTHON_NATIVE_CHECK",)
 FRONT = ("PYTHON_NATIVE_FRONT",)
+BACKGROUND_BUILD = ("PYTHON_NATIVE_BACKGROUND_BUILD",)
 CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 UNMEASURED = ("PYTHON_NATIVE_UNMEASURED",)
 CUTEDSL = ("PYTHON_NATIVE_CUTEDSL",)
@@ -41,6 +42,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CHECK, "checked mode: compare every fired override with aten's kernel (read at registration)"),
     (FRONT, "which dispatch front serves: python (the routers alone) or compiled (built if needed); "
             "unset: the compiled front where a build is cached"),
+    (BACKGROUND_BUILD, "0 stops the first process that finds no compiled front from building it in the background "
+                       "(default: on)"),
     (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
                   "'portable': the portable policy alone; 'off': no gate"),
     (UNMEASURED, "install overrides no GPU has timed yet at GPU keys too (to calibrate or test them)"),
@@ -167,6 +170,14 @@ def front_setting() -> str | None:
     """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
     value = _first(FRONT)
     return value.lower() if value is not None else None
+
+
+def background_build_allowed() -> bool:
+    """Whether a process that finds no compiled front may start its build in the background (on
+    unless set to a false spelling; a malformed value warns once and counts as unset)."""
+    names = BACKGROUND_BUILD
+    value = os.environ.get(names[0])
+    return value is None or not value.strip() or _flag(names) or value.strip().lower() not in _FALSY
 
 
 def unmeasured_allowed() -> bool:

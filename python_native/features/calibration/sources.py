@@ -10,6 +10,10 @@ not; a table measured with other versions still gates, and says so (status, one 
 Files are listed when first needed and parsed only when a device they are named for is asked
 about (registration runs inside ``import torch``). A file that cannot be read, is not a table, or
 is named for another device is skipped with its reason and the fix; it never fails the caller.
+A table decides which kernel serves a call, so the user's tables and those named by the variable
+are read only under the rules of ``foundations.trust`` (their folders and the file are the user's
+or root's and writable by nobody else); one that fails them is skipped and named in the status
+report's problems. The shipped tables are part of the installed package.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from python_native.features.calibration import tables
-from python_native.foundations import env
+from python_native.foundations import env, faults, trust
 
 ENV_VAR = env.CALIBRATION[0]
 OFF, PORTABLE = "off", "portable"  # the variable's two words: no gate at all; the portable policy alone
@@ -54,6 +58,12 @@ def user_dir() -> Path:
         xdg = env.user_cache_base()
         base = Path(xdg or os.path.join(os.path.expanduser("~"), ".cache")) / "python-native"
     return base / "calibration"
+
+
+def user_root() -> Path:
+    """The cache base the user's tables live under (``<base>/python-native/calibration``): the root
+    of their folder chain's checks."""
+    return user_dir().parent.parent
 
 
 def major_minor(version: Any) -> str:
@@ -216,6 +226,8 @@ class Catalog:
         return self._shipped
 
     def _listed(self, origin: str, path: Path, named: bool = False, note: bool = True) -> list[tuple[str, Path]]:
+        if origin != "shipped" and not self._trusted(origin, path):
+            return []
         try:
             if path.is_dir():
                 return [(origin, p) for p in sorted(path.glob("*.json")) if p.is_file()]
@@ -229,6 +241,24 @@ class Catalog:
                 self.problems.append(Skipped(str(path), origin, f"cannot be listed ({e})", _fix_for(origin)))
         return []
 
+    def _root(self, origin: str, path: Path) -> Path:
+        """Where the checks of ``path``'s folder chain start: the cache base for the user's tables,
+        the named folder (or the named file's folder) for the variable's."""
+        if origin == "user":
+            return user_root()
+        named = Path(self.setting).expanduser()
+        return named if named.is_dir() else named.parent
+
+    def _trusted(self, origin: str, path: Path) -> bool:
+        """Whether the folder of ``origin``'s tables passes the trust checks (a failure is noted)."""
+        folder = path if path.is_dir() or origin == "user" else path.parent
+        try:
+            trust.check_folder(folder, self._root(origin, path))
+        except trust.Untrusted as e:
+            self.problems.append(_untrusted(str(folder), origin, e))
+            return False
+        return True
+
     def parsed(self, origin: str, path: Path) -> Table | Skipped:
         hit = self._parsed.get(path)
         if hit is None:
@@ -237,7 +267,11 @@ class Catalog:
 
     def _parse(self, origin: str, path: Path) -> Table | Skipped:
         try:
+            if origin != "shipped":
+                path = trust.check_file(path, self._root(origin, path))
             raw = tables.load(path)
+        except trust.Untrusted as e:
+            return _untrusted(str(path), origin, e)
         except (OSError, ValueError) as e:
             reason = str(e).removeprefix(f"{path}: ") if isinstance(e, ValueError) else f"cannot be read ({e})"
             return Skipped(str(path), origin, reason, _fix_for(origin))
@@ -287,6 +321,13 @@ class Catalog:
     def table_devices(self) -> set[str]:
         """Every device some table in force is for (parses every table of the sources in force)."""
         return {t.device for t in (self.parsed(o, p) for o, p in self.files()) if isinstance(t, Table)}
+
+
+def _untrusted(path: str, origin: str, e: trust.Untrusted) -> Skipped:
+    """A table or folder that fails the trust checks: skipped, and named in the status report's problems."""
+    fix = f"{e.remedy}; until then its tables are not read"
+    faults.report(f"calibration tables ({path})", f"not read: {e.path} {e.why}", fix, stacklevel=5)
+    return Skipped(path, origin, f"not read: {e.path} {e.why}", fix)
 
 
 def _named_for(filename: str, device: str | None, slug: str | None = None) -> bool:

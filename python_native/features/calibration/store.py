@@ -1,9 +1,11 @@
 """The user's own calibration tables: written once by ``bench --calibrate``, in force after.
 
 Many processes may start at once (eight ranks of a job) while a calibration run writes: a table
-is written to a temporary file in the same folder, flushed, and renamed over its final name, so a
-reader sees the old file or the new one, never half of one; writers (and deleters) also hold an
-``fcntl`` lock on the folder's ``.lock`` file so two runs do not interleave their renames.
+is written to a fresh temporary file in the same folder, flushed, and renamed over its final name
+(``foundations.trust``: no link is followed), so a reader sees the old file or the new one, never
+half of one; writers (and deleters) also hold a lock on the folder's ``.lock`` file so two runs do
+not interleave their renames. The user's folder is created writable by nobody else, as the
+readers require (``sources``).
 """
 
 from __future__ import annotations
@@ -11,57 +13,43 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from python_native.features.calibration import sources, tables
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover  (non-POSIX: no cross-process lock, writes stay atomic)
-    fcntl = None  # type: ignore[assignment]
+from python_native.foundations import trust
 
 
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as lock:
-        if fcntl is not None:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    with trust.locked(folder / ".lock"):
+        yield
+
+
+def _make_folder(folder: Path, user: bool) -> None:
+    if user:
+        trust.make_folder(folder, sources.user_root())
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
 
 
 def write_atomically(path: Path, text: str, lock: bool = True) -> None:
-    """Write ``text`` to ``path`` through a temporary file in its folder and a rename (under the
-    folder's lock where ``lock``: the user's folder, where other processes read and write)."""
+    """Write ``text`` to ``path`` through a fresh temporary file in its folder and a rename (under
+    the folder's lock where ``lock``: the user's folder, where other processes read and write)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path.parent, lock)
     with _locked(path.parent) if lock else contextlib.nullcontext():
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.chmod(tmp, 0o644)  # mkstemp's 0600: a table is no secret
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        trust.write_atomic(path, text.encode())
 
 
 def unwritable(folder: Path) -> str | None:
     """Why a table cannot be written into ``folder`` (checked before a long calibration run), or None."""
     folder = Path(folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_folder(folder, folder == sources.user_dir())
+    except trust.Untrusted as e:
+        return f"{e.path} {e.why} ({e.remedy})"
     except OSError as e:
         return f"{folder}: {e.strerror or e}"
     return None if os.access(folder, os.W_OK) else f"{folder}: not writable"
@@ -97,6 +85,7 @@ def delete_user_tables(device_key: str | None = None) -> list[Path]:
     folder = sources.user_dir()
     if not folder.is_dir():
         return []
+    trust.check_folder(folder, sources.user_root())  # never write into a folder someone else controls
     removed = []
     with _locked(folder):
         for path in user_tables(device_key):

@@ -15,9 +15,10 @@ slot, atomically:
 
 Which front serves is decided at import: ``PYTHON_NATIVE_FRONT=python`` forces the Python routers;
 ``compiled`` builds the front if needed (a failed build is an error, with the compiler's output);
-unset, a cached build is loaded (a few milliseconds) and nothing is ever compiled during
-``import torch``: without a cached build the routers serve alone and ``pn.status()`` says how to
-build it (``python -m python_native precompile``).
+unset, a cached build that passes the trust checks is loaded (a few milliseconds) and nothing is
+ever compiled during ``import torch``: without one the routers serve alone, a build starts in the
+background for the processes that follow (``background``), and ``pn.status()`` says which.
+``PYTHON_NATIVE_DISABLE=1`` loads nothing.
 
 A removed front is retired to the core's reclaim queue (``core.reclaim``): it keeps its kernel
 alive until no call is inside it (its in-flight count) and the grace period has passed, so a call
@@ -36,7 +37,7 @@ from typing import Any
 
 from python_native.core import extensions, reclaim
 from python_native.core.registry import REGISTRY
-from python_native.features.front import build
+from python_native.features.front import background, build
 from python_native.foundations import env, nvml
 
 log = logging.getLogger("python_native")
@@ -84,6 +85,9 @@ def requested() -> str | None:
 def start() -> None:
     """Pick the front at import (see the module docstring); never compiles unless asked to."""
     choice = _state.requested = requested()
+    if env.overrides_disabled():
+        _state.reason = f"{env.DISABLE_ALL[0]} is set: nothing of python-native's is loaded"
+        return
     if choice == "python":
         _state.reason = f"{ENV}=python"
         return
@@ -93,20 +97,14 @@ def start() -> None:
         _use(module, path)
         return
     try:
-        module, path = build.load_cached()
-    except Exception as e:  # a damaged cached library must not cost the Python routers
+        module, path, _state.reason = background.find_or_start()
+    except Exception as e:  # a library that fails to load must not cost the Python routers
         _state.error = f"loading the cached build failed: {type(e).__name__}: {e}"
         _state.reason = "the cached build could not be loaded; the Python routers serve"
         log.warning("python_native: %s", _state.error)
         return
-    if module is None:
-        _state.reason = (
-            "no build for this torch and compiler yet; the Python routers serve. "
-            "Build it once with `python -m python_native precompile`"
-        )
-        return
-    _state.reason = "a cached build for this torch, compiler and source"
-    _use(module, path)
+    if module is not None:
+        _use(module, path)
 
 
 def _use(module: ModuleType, path: Path) -> None:
@@ -126,7 +124,10 @@ def _attach(module: ModuleType, path: Path) -> None:
 
 def ensure_built() -> dict[str, Any]:
     """Build the compiled front if this torch and compiler have none yet (``precompile`` calls
-    this), and make it available to ``enable``; returns where it is and whether it was cached."""
+    this), and make it available to ``enable``; returns where it is and whether it was cached.
+    Refused while ``PYTHON_NATIVE_DISABLE`` is set: then nothing of ours is loaded."""
+    if env.overrides_disabled():
+        raise RuntimeError(f"{env.DISABLE_ALL[0]} is set: python-native loads nothing in this process; unset it to build")
     module, path, cached, seconds = build.build()
     _attach(module, path)
     return {"library": str(path), "cached": cached, "seconds": round(seconds, 1)}
@@ -289,8 +290,9 @@ def describe() -> dict[str, Any]:
     return {
         "front": current(),
         "requested": _state.requested,
-        "why": _state.reason,
+        "why": background.progress() or _state.reason,
         "error": _state.error,
+        "background_build": background.describe(),
         "library": str(_state.path) if _state.path else None,
         "slots": modes,
     }

@@ -6,6 +6,10 @@ modules declare (op x dtype x size class) is compiled for ``--arch`` without a G
 call on a GPU machine loads a binary instead of compiling. A second run finds everything in the
 caches and says so (``"cached": true``). ``--arch``, ``--op``, ``--dtype`` and ``--size-class``
 are checked before anything is built; a bad value is answered in one line listing what is allowed.
+Everything is written under the trust rules (``python_native.foundations.trust``): into folders
+that are the user's (or root's) and writable by nobody else, through fresh temporary files and
+renames that follow no planted link, each with its manifest. A cache folder that fails the rules
+is refused before anything is compiled, and so is a run under ``PYTHON_NATIVE_DISABLE=1``.
 """
 
 from __future__ import annotations
@@ -102,7 +106,26 @@ def _kernel_entries(args: argparse.Namespace) -> tuple[list | None, str | None]:
     return entries, None
 
 
+def _refused(args: argparse.Namespace) -> str | None:
+    """Why nothing may be built here: the off switch, or a kernel cache folder that fails the trust rules."""
+    from python_native.features.kernel_cache import KernelCache
+    from python_native.foundations import env, trust
+
+    if env.overrides_disabled():
+        return f"{env.DISABLE_ALL[0]} is set: python-native builds and loads nothing in this process; unset it to precompile"
+    if args.dsl in ("all", "cutedsl"):
+        cache = KernelCache(args.cache_dir) if args.cache_dir else KernelCache()
+        try:
+            cache.trusted_root()
+        except trust.Untrusted as e:
+            return f"the kernel cache folder {cache.root} cannot be used: {e.path} {e.why} ({e.remedy})"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    refused = _refused(args)
+    if refused:
+        return _fail(refused)
     entries: list | None = []
     if args.dsl in ("all", "cutedsl"):
         entries, bad = _kernel_entries(args)
