@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import python_native as pn
 from conftest import TEST_DSL, always, marked_sub
+from python_native.tools.report import render
 
 both_fronts = pytest.mark.both_fronts  # dispatcher-level tests run under both fronts
 
@@ -38,7 +39,9 @@ def test_the_master_switch_turns_every_override_off_and_keeps_the_others(overrid
     with pn.trace() as t:
         torch.sub(x, x)
     assert t.events[0].reason == f"{TEST_DSL}: every override disabled (pn.enabled is False)"
+    assert pn.status()["enabled"] is False and "pn.enabled is False: every override is off" in render(pn.status())
     pn.enabled = 1
+    assert pn.status()["enabled"] is True and "pn.enabled is False" not in render(pn.status())
     with pytest.raises(TypeError, match="pn.enabled must be a bool"):
         pn.enabled = "no"
 

@@ -37,6 +37,8 @@ def _new_scopes() -> dict[str, Callable[[], object]]:
         "flags_dsl": lambda: pn.flags(**{TEST_DSL: False}),
         "dsl_flags": lambda: getattr(pn, TEST_DSL).flags(enabled=False),
         "keys_enabled": lambda: pn.dispatch_keys_enabled("CPU"),
+        "variant": lambda: pn.override_variant("sub", "aten"),
+        "compile_mode": lambda: pn.compile_mode_set("keep"),
     }
 
 
@@ -65,10 +67,11 @@ class _Cycles:
                 scope = second()
                 if isinstance(scope, pn.Trace):
                     self.traces.append(scope)
+                if callable(scope):
+                    scope(torch.sub)(X, X)  # the decorator form
+                else:
                     with scope:
                         torch.sub(X, X)
-                else:
-                    scope(torch.sub)(X, X)  # the decorator form
 
     def run(self, seconds: float = 120.0) -> None:
         deadline = time.monotonic() + seconds
@@ -152,12 +155,13 @@ def test_interrupts_anywhere_in_scopes_and_traces_leave_nothing_behind(deliver, 
     _assert_nothing_left(cycles)
 
 
-def test_interrupts_in_enabling_scopes_and_flags_leave_nothing_behind(overrides):
-    overrides("sub.Tensor", always, marked_sub)
+def test_interrupts_in_enabling_scopes_flags_variants_and_compile_modes_leave_nothing_behind(overrides):
+    overrides("sub.Tensor", always, marked_sub, variants={"other": marked_sub})
     cycles = _Cycles({**_scopes(), **_new_scopes()}, cycles=3000, seed=3)
     raised = _interrupt_thread(cycles, seed=4)
     assert raised >= 200
     _assert_nothing_left(cycles)
+    assert pn.get_override_variant("sub") == "default" and pn.compile_mode == "bypass"
 
 
 def test_an_interrupt_in_the_body_restores_like_any_exception(overrides):

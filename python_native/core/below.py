@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -59,6 +59,14 @@ _COMPOSITE_NAMES = frozenset(n for op in COMPOSITE_CALLS for n in (op, op.partit
 _COMPOSITE_INNERS = frozenset(op for _, inners in COMPOSITE_CALLS.values() for op in inners)
 
 
+_TABLE_INNERS = {key: frozenset(op for inners in calls.values() for op in inners) for key, calls in KERNEL_CALLS.items()}
+_NO_LINKS: tuple[tuple[str, ...], bool] = ((), False)
+# Names an op switch may hold an outer op off by: the table's, the composites', and those of every
+# slot found calling others (added as found). A toggle of other names has no dependents to refresh.
+OUTER_NAMES: set[str] = {n for calls in KERNEL_CALLS.values() for op in calls for n in (op, op.partition(".")[0])}
+OUTER_NAMES |= _COMPOSITE_NAMES
+
+
 def _named_off(op: str, op_off: set[str]) -> bool:
     return op in op_off or op.partition(".")[0] in op_off
 
@@ -68,24 +76,40 @@ def _slot_off(slot: Slot | None, op_off: set[str]) -> bool:
     return slot is not None and any(not op_off.isdisjoint(o.op_names) for o in slot.overrides)
 
 
-def inner_ops(slot: Slot) -> tuple[str, ...]:
-    """The ops ``slot``'s captured kernel calls through the dispatcher, as far as we know."""
-    ops = KERNEL_CALLS.get(slot.dispatch_key, {}).get(slot.sig.qualified, ())
-    derived = [o.derived_from.op for o in slot.overrides if o.derived_from is not None]
-    return (*ops, *derived) if derived else ops
+def links(slot: Slot) -> tuple[tuple[str, ...], bool]:
+    """The ops ``slot``'s captured kernel calls through the dispatcher (as far as we know), and
+    whether another op's kernel calls ``slot``'s; kept on the slot per list of overrides, since
+    every toggle asks."""
+    overrides = slot.overrides
+    cached = slot.__dict__.get("_pn_links")
+    if cached is not None and cached[0] is overrides and cached[1] == len(overrides):
+        return cached[2]
+    op, key = slot.sig.qualified, slot.dispatch_key
+    derived = tuple(o.derived_from.op for o in overrides if o.derived_from is not None)
+    outer = (*KERNEL_CALLS.get(key, {}).get(op, ()), *derived)
+    inner = op in _TABLE_INNERS.get(key, ()) or op in _COMPOSITE_INNERS or any(o.derived for o in overrides)
+    found = (outer, inner) if outer or inner else _NO_LINKS
+    if outer:
+        OUTER_NAMES.update(n for o in overrides for n in o.op_names)
+    slot._pn_links = (overrides, len(overrides), found)
+    return found
 
 
-def guards(slot: Slot, active: list, op_off: set[str]) -> bool:
-    """Whether ``slot``'s router runs aten's kernel inside the guard: switched off, with inner ops."""
-    return not active and bool(slot.overrides) and bool(inner_ops(slot)) and _slot_off(slot, op_off)
+def flags(slots: dict, slot: Slot, active: list, op_off: set[str]) -> tuple[bool, bool, dict[Any, str]]:
+    """For ``slot``'s router while ``op_off`` holds ops off: whether it runs its captured kernel inside
+    the guard (it is switched off and calls other ops), whether it checks the guard (an op calling
+    it is off), and the Python callers whose calls it hands to aten (composite ops that are off)."""
+    outer, inner = links(slot)
+    if active:
+        return (False, *_checks(slots, slot, op_off)) if inner else (False, False, {})
+    return bool(outer) and _slot_off(slot, op_off), False, {}
 
 
-def checks(slots: dict, slot: Slot, op_off: set[str]) -> tuple[bool, dict[Any, str]]:
-    """Whether ``slot``'s router checks the guard (an outer op calling it is off), and the Python
-    callers whose calls it also hands to aten (composite outer ops that are off)."""
+def _checks(slots: dict, slot: Slot, op_off: set[str]) -> tuple[bool, dict[Any, str]]:
     op, key = slot.sig.qualified, slot.dispatch_key
     checked = any(
-        op in inners and _slot_off(slots.get((slot.lib, outer, key)), op_off) for outer, inners in KERNEL_CALLS.get(key, {}).items()
+        op in inners and _slot_off(slots.get((slot.lib, outer, key)), op_off)
+        for outer, inners in KERNEL_CALLS.get(key, {}).items()
     ) or any(not op_off.isdisjoint(child.op_names) for o in slot.overrides for child in o.derived)
     callers: dict[Any, str] = {}
     if op in _COMPOSITE_INNERS:
@@ -105,20 +129,21 @@ def _codes(python: tuple[tuple[str, str], ...]) -> dict[Any, str]:
     return found
 
 
-def dependents(index: Any, refreshed: Iterable[Slot], names: Iterable[str], slots: dict) -> list[Slot]:
-    """Slots to refresh after op switches changed ``names``: the inner ops of the refreshed slots,
-    and the inner ops of composite ops among ``names``."""
-    seen = set(refreshed)
+def dependents(index: Any, refreshed: Iterable[Slot], names: Sequence[str], slots: dict) -> Iterable[Slot]:
+    """Slots to refresh after op switches changed ``names``, besides ``refreshed``: the ops the
+    refreshed slots' kernels call, and those composite ops among ``names`` call."""
     found: dict[Slot, None] = {}
-    for slot in seen:
-        for op in inner_ops(slot):
+    for slot in refreshed:
+        for op in links(slot)[0]:
             inner = slots.get((slot.lib, op, slot.dispatch_key))
-            if inner is not None and inner not in seen:
+            if inner is not None:
                 found[inner] = None
     if not _COMPOSITE_NAMES.isdisjoint(names):
         for outer, (_, inners) in COMPOSITE_CALLS.items():
             if _named_off(outer, set(names)):
-                for inner in index.slots("op", list(inners)):
-                    if inner not in seen:
-                        found[inner] = None
-    return list(found)
+                found.update(dict.fromkeys(index.slots("op", list(inners))))
+    if not found:
+        return ()
+    for slot in refreshed:
+        found.pop(slot, None)
+    return found

@@ -30,6 +30,7 @@ from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceHub
 
 log = logging.getLogger("python_native")
 _REFRESHED = extensions.SLOT_REFRESHED  # the listeners' list itself (changed in place, never rebound)
+_OUTER_NAMES = below.OUTER_NAMES  # likewise
 
 
 class Registry:
@@ -288,15 +289,16 @@ class Registry:
                     uids.append(o.uid)
         # A slot whose overrides were all removed is no longer routed: traces skip its calls.
         traced = self.traces.active and bool(slot.overrides)
-        guard = checked = callers = False
+        cache_key = (tuple(uids), traced)
+        guard = False
         if op_off:  # aten all the way down below a switched-off op (see ``below``)
-            guard = below.guards(slot, active, op_off)
-            checked, callers = below.checks(self.slots, slot, op_off) if active else (False, {})
-            slot.namespace["_pn_callers"] = callers
-        cache_key = (tuple(uids), traced, guard, checked, bool(callers))
+            guard, checked, callers = below.flags(self.slots, slot, active, op_off)
+            if guard or checked:
+                cache_key += (guard, checked, bool(callers))
+                slot.namespace["_pn_callers"] = callers
         hit = slot.codes.get(cache_key)
         if hit is None:
-            hit = routers.variant_code(slot, active, traced, cache_key, (guard, checked, bool(callers)))
+            hit = routers.variant_code(slot, active, traced, cache_key, cache_key[2:] or (False, False, False))
         slot.current_source, code = hit
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
@@ -312,7 +314,7 @@ class Registry:
         touched = self.index.slots(kind, names)
         for slot in touched:
             self.refresh(slot)
-        if kind == "op":  # the ops called inside the ones switched follow (see ``below``)
+        if kind == "op" and not _OUTER_NAMES.isdisjoint(names):  # the ops called inside follow (``below``)
             for slot in below.dependents(self.index, touched, names, self.slots):
                 self.refresh(slot)
 

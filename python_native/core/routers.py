@@ -76,7 +76,7 @@ def make_entry(slot: Slot) -> types.FunctionType:
     slot.namespace[codegen.REASON_GLOBAL] = functools.partial(reasons.fallback_reason, slot)
     slot.namespace[codegen.UNAVAILABLE_REASON_GLOBAL] = reasons.unavailable
     slot.namespace.update(below.GLOBALS)
-    source, code = variant_code(slot, [], False, ((), False, False, False, False))
+    source, code = variant_code(slot, [], False, ((), False))
     slot.current_source = source
     return codegen.make_function(code, slot.namespace, slot.sig, slot.file_stem)
 

@@ -63,8 +63,12 @@ class Switch:
 
     def hold(self, names: Iterable[str], token: int, off: bool = True) -> None:
         for name in names:
-            self.holds.setdefault(name, {})[token] = off
-            self._update(name)
+            holds = self.holds.setdefault(name, {})
+            holds[token] = off
+            if token == next(reversed(holds)):  # the newest hold decides (tokens only grow)
+                self.off.add(name) if off else self.off.discard(name)
+            else:  # a token taken earlier, held again (a retried enter): recompute
+                self._update(name)
 
     def release(self, names: Iterable[str], token: int) -> None:
         for name in names:

@@ -30,12 +30,16 @@ def _undo(parts: tuple[Part, ...], entry: list, entries: list | None) -> None:
     token, paused = entry
     for kind, names, _ in parts:
         REGISTRY.release(kind, names, token)
-    if entries is not None:
-        for i in range(len(entries) - 1, -1, -1):
-            if entries[i] is entry:
-                del entries[i]
-                break
-    uncompiled.resume(paused)
+    if entries:
+        if entries[-1] is entry:
+            entries.pop()
+        else:  # another thread entered the same scope since: remove this entry where it is
+            for i in range(len(entries) - 1, -1, -1):
+                if entries[i] is entry:
+                    del entries[i]
+                    break
+    if paused is not None:
+        uncompiled.resume(paused)
 
 
 class Scope:
@@ -61,7 +65,8 @@ class Scope:
             entry = [REGISTRY.switches.new_token(), None]
             self._entries.append(entry)
             entry[1] = uncompiled.pause()
-            _hold(self._parts, entry[0])  # the state change: the last step
+            for kind, names, off in self._parts:  # the state change: the last step
+                REGISTRY.hold(kind, names, entry[0], off)
         except BaseException:
             if entry is not None:
                 _undo(self._parts, entry, self._entries)
