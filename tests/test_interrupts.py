@@ -205,3 +205,16 @@ def test_a_forgotten_trace_stops_growing(overrides):
     finally:
         t.__exit__(None, None, None)
     assert not t.open
+
+
+def test_every_exit_of_the_panel_is_unpolled_on_entry_on_this_interpreter():
+    """What the random interrupts above rely on: no exit can lose its first step to an interrupt."""
+    from python_native.features.compiled.mode import mode_set
+    from python_native.foundations import interrupts
+    from python_native.panel.choices import VariantScope
+    from python_native.panel.scopes import Scope
+
+    if not interrupts.KNOWN:
+        pytest.skip(f"an interpreter whose function entry cannot be left unpolled: {sys.version}")
+    for fn in (Scope.__exit__, VariantScope.__exit__, pn.Trace.__exit__, mode_set.__exit__, interrupts.undo_last):
+        assert interrupts.is_unpolled(fn), fn.__qualname__

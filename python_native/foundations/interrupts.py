@@ -30,7 +30,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # CPython versions whose RESUME instruction polls at a function's start (oparg 0) and not after a
 # ``yield from`` (oparg 2): there the poll of an entry can be moved by changing its oparg.
 _RESUME = dis.opmap.get("RESUME")
-_KNOWN = sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 14)
+KNOWN = sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 14)
 _START, _UNPOLLED = 0, 2
 
 
@@ -39,7 +39,7 @@ def unpolled_entry(fn: F) -> F:
     at its first call instead. Returns ``fn``; unchanged where the interpreter is not one we know."""
     code = fn.__code__
     raw = bytearray(code.co_code)
-    if not _KNOWN or _RESUME is None:
+    if not KNOWN or _RESUME is None:
         return fn
     for offset in range(0, min(len(raw), 16), 2):  # RESUME follows only the frame-setup instructions
         if raw[offset] == _RESUME:
@@ -54,3 +54,19 @@ def is_unpolled(fn: Callable[..., Any]) -> bool:
     """Whether ``unpolled_entry`` changed ``fn`` (for the tests)."""
     raw = fn.__code__.co_code
     return any(raw[i] == _RESUME and raw[i + 1] == _UNPOLLED for i in range(0, min(len(raw), 16), 2))
+
+
+@unpolled_entry
+def undo_last(owner: object, entries: list, undo: Callable[[Any], None]) -> None:
+    """The body of a scope's ``__exit__``: ``undo`` the most recent of ``entries`` (idempotent, so
+    it is run once more when an interrupt cut it short). Called first thing by an unpolled
+    ``__exit__``, and itself unpolled on entry, so no interrupt lands before its ``try``."""
+    try:
+        entry = entries[-1]
+    except IndexError:
+        raise RuntimeError(f"{owner!r} was exited more times than it was entered") from None
+    try:
+        undo(entry)
+    except BaseException:
+        undo(entry)  # an interrupt cut it short: finish it
+        raise

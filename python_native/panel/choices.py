@@ -99,15 +99,7 @@ class VariantScope(contextlib.ContextDecorator):
     @uncompiled.entering
     @interrupts.unpolled_entry
     def __exit__(self, *exc_info: object) -> None:
-        try:
-            entry = self._saved[-1]
-        except IndexError:
-            raise RuntimeError(f"{self!r} was exited more times than it was entered") from None
-        try:
-            self._restore(entry)
-        except BaseException:
-            self._restore(entry)  # an interrupt cut it short: finish it
-            raise
+        interrupts.undo_last(self, self._saved, self._restore)
 
     def _restore(self, entry: tuple[list[tuple[OverrideHandle, str]], Any]) -> None:
         """Put back each override's previous choice, forget ``entry``, resume Dynamo: idempotent."""

@@ -75,15 +75,10 @@ class Scope:
     @uncompiled.entering
     @interrupts.unpolled_entry
     def __exit__(self, *exc_info: object) -> None:
-        try:
-            entry = self._entries[-1]
-        except IndexError:
-            raise RuntimeError(f"{self!r} was exited more times than it was entered") from None
-        try:
-            _undo(self._parts, entry, self._entries)  # the state change: the first step
-        except BaseException:
-            _undo(self._parts, entry, self._entries)  # an interrupt cut it short: finish it
-            raise
+        interrupts.undo_last(self, self._entries, self._undo)  # the state change: the first step
+
+    def _undo(self, entry: list) -> None:
+        _undo(self._parts, entry, self._entries)
 
     def __reduce__(self) -> tuple:
         """A scope pickles as what it switches; the holds it has open stay with this process."""
