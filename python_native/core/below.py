@@ -81,9 +81,11 @@ def links(slot: Slot) -> tuple[tuple[str, ...], bool]:
     whether another op's kernel calls ``slot``'s; kept on the slot per list of overrides, since
     every toggle asks."""
     overrides = slot.overrides
+    # Keyed without holding the overrides (a removed one must not stay alive through this cache).
+    key = (id(overrides), len(overrides), overrides[0].uid, overrides[-1].uid) if overrides else None
     cached = slot.__dict__.get("_pn_links")
-    if cached is not None and cached[0] is overrides and cached[1] == len(overrides):
-        return cached[2]
+    if cached is not None and cached[0] == key:
+        return cached[1]
     op, key = slot.sig.qualified, slot.dispatch_key
     derived = tuple(o.derived_from.op for o in overrides if o.derived_from is not None)
     outer = (*KERNEL_CALLS.get(key, {}).get(op, ()), *derived)
@@ -91,7 +93,7 @@ def links(slot: Slot) -> tuple[tuple[str, ...], bool]:
     found = (outer, inner) if outer or inner else _NO_LINKS
     if outer:
         OUTER_NAMES.update(n for o in overrides for n in o.op_names)
-    slot._pn_links = (overrides, len(overrides), found)
+    slot._pn_links = (key, found)
     return found
 
 
