@@ -19,6 +19,7 @@ Importing never imports a DSL runtime: kernels load on the first call that needs
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Callable, Iterable
 
@@ -36,8 +37,10 @@ from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration, checked, compiled, front, native_bridge  # noqa: F401
 from python_native.features.checked import OverrideMismatch
-from python_native.foundations import dsl_registry, public_names, speckey, uncompiled
-from python_native.foundations.tracing import Trace, TraceEvent
+from python_native.foundations import dsl_registry, env, public_names, speckey, uncompiled
+from python_native.foundations.switches import ALL as _ALL
+from python_native.foundations.trace_summary import TraceSummary
+from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceEvent
 from python_native.ops import linear_cross_entropy
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel import mounting as _module
@@ -48,10 +51,12 @@ from python_native.panel.controller import (
     Scope,
     dispatch_key_names,
     dsl_name,
+    flag_value,
     op_is_off,
     op_names,
     op_targets,
 )
+from python_native.panel.filter_state import FILTER_STATE as _FILTER_STATE
 
 __version__ = "0.1.0"
 
@@ -60,12 +65,17 @@ __all__ = [
     "operation_names",
     "register_dsl",
     "register_op_override",
+    "flags",
+    "is_available",
+    "version",
     "disable_operations",
     "enable_operations",
     "operations_disabled",
+    "operations_enabled",
     "disable_dispatch_keys",
     "enable_dispatch_keys",
     "dispatch_keys_disabled",
+    "dispatch_keys_enabled",
     "is_operation_disabled",
     "is_dsl_disabled",
     "is_dispatch_key_disabled",
@@ -85,6 +95,7 @@ __all__ = [
     "OverrideMismatch",
     "Trace",
     "TraceEvent",
+    "TraceSummary",
     "speckey",
 ]
 
@@ -145,10 +156,22 @@ def register_op_override(
     return handle
 
 
-def get_dsl_operations(dsl_name: str) -> list[str]:
-    """Sorted op symbols ``dsl_name`` overrides; ``[]`` for an unknown DSL."""
+def get_dsl_operations(dsl_name_: str) -> list[str]:
+    """Sorted op symbols the DSL overrides; ``[]`` for a name no DSL has (warned about, with close matches)."""
     _bootstrap.settle()
-    return REGISTRY.dsl_operations(dsl_name)
+    return REGISTRY.dsl_operations(dsl_name(dsl_name_, warn_unknown=True))
+
+
+def is_available() -> bool:
+    """Whether overrides can run in this process, as ``torch.backends.cudnn.is_available()``: some
+    DSL's runtime can run here and ``PYTHON_NATIVE_DISABLE`` does not turn every override off."""
+    _bootstrap.settle()
+    return not REGISTRY.killed and any(dsl_registry.available(name) for name in dsl_registry.names())
+
+
+def version() -> str:
+    """This package's version (``pn.<dsl>.version()`` gives a DSL runtime's)."""
+    return __version__
 
 
 def overrides() -> list[OverrideHandle]:
@@ -167,7 +190,7 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
     without a public name are listed under their aten name.
     """
     _bootstrap.settle()
-    installed = set(REGISTRY.dsl_operations(dsl)) if dsl is not None else {
+    installed = set(REGISTRY.dsl_operations(dsl_name(dsl, warn_unknown=True))) if dsl is not None else {
         o.op for o in REGISTRY.overrides() if o.derived_from is None
     }
     names: dict[str, list[str]] = {}
@@ -213,6 +236,13 @@ def operations_disabled(*op_symbols: str) -> Scope:
 
 
 @uncompiled.opaque
+def operations_enabled(*op_symbols: str) -> Scope:
+    """Context manager or decorator: these ops (names as ``disable_operations`` takes them) route to
+    their overrides inside the block or call, even where they are disabled outside it."""
+    return Scope("op", op_names(op_symbols, "operations_enabled"), off=False)
+
+
+@uncompiled.opaque
 def disable_dispatch_keys(*dispatch_keys: str) -> None:
     """Stop routing every override installed at these keys (``"CUDA"``, ``"CPU"``, ...)."""
     _bootstrap.settle()
@@ -229,6 +259,33 @@ def enable_dispatch_keys(*dispatch_keys: str) -> None:
 def dispatch_keys_disabled(*dispatch_keys: str) -> Scope:
     """Context manager or decorator: overrides at these keys are off inside the block or call."""
     return Scope("key", dispatch_key_names(dispatch_keys, "dispatch_keys_disabled"))
+
+
+@uncompiled.opaque
+def dispatch_keys_enabled(*dispatch_keys: str) -> Scope:
+    """Context manager or decorator: overrides at these keys are on inside the block or call."""
+    return Scope("key", dispatch_key_names(dispatch_keys, "dispatch_keys_enabled"), off=False)
+
+
+@uncompiled.opaque
+def flags(enabled: bool | None = None, **dsls: bool) -> Scope:
+    """Context manager or decorator, as ``torch.backends.cudnn.flags``: inside the block, ``enabled``
+    sets the master switch (``pn.enabled``) and each ``dsl=bool`` (``triton=False``) sets that DSL;
+    everything is as it was after it, also when the body raises. Works after
+    ``torch.backends.disable_global_flags()``, where bare assignment of ``pn.enabled`` is refused.
+    An argument left out (or None) is left as it is."""
+    parts = [] if enabled is None else [("all", (_ALL,), not flag_value(enabled, "pn.flags(enabled=...)"))]
+    known = dsl_registry.names()
+    for name, value in dsls.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TypeError(f"pn.flags() got {name}={value!r}, but no DSL is named {name!r}; {hint}"
+                            f"(DSLs: {known}; flags takes enabled= and DSL=bool for each DSL)")
+        parts.append(("dsl", (name,), not flag_value(value, f"pn.flags({name}=...)")))
+    if not parts:
+        raise TypeError(f"pn.flags() needs enabled=True/False or a DSL=True/False (DSLs: {known})")
+    return Scope(parts=tuple(parts))
 
 
 @uncompiled.opaque
@@ -284,10 +341,17 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
 
 
 @uncompiled.opaque
-def trace() -> Trace:
-    """Context manager recording one ``TraceEvent`` per routed call while it is open."""
+def trace(capacity: int = DEFAULT_CAPACITY) -> Trace:
+    """Context manager recording one ``TraceEvent`` per routed call while it is open: at most
+    ``capacity`` of them (100 000 by default, about 10 MB), the rest counted in ``trace.dropped``."""
     _bootstrap.settle()
-    return REGISTRY.trace()
+    return REGISTRY.trace(capacity)
+
+
+def _get_filter_state():
+    """The disabled DSLs, ops and dispatch keys as torch's own panel exposes them to its tests
+    (``_dsl_names``, ``_op_symbols``, ``_dispatch_keys``: live sets; see ``panel.filter_state``)."""
+    return _FILTER_STATE
 
 
 def compile_mode_set(mode: str):
@@ -311,5 +375,6 @@ _module.mount(sys.modules[__name__])
 
 # Last: the backends use the API above while they register.
 _bootstrap.load_builtin_dsls()
+env.check_unknown()  # a misspelt PYTHON_NATIVE_* variable is named once, with the one it resembles
 
 del sys

@@ -26,7 +26,8 @@ def test_controller_surface():
     assert {"trace", "operations_disabled", "triton", TEST_DSL} <= set(dir(pn))
     with pytest.raises(AttributeError, match="nosuchdsl"):
         pn.nosuchdsl  # noqa: B018
-    assert pn.get_dsl_operations("nosuchdsl") == []
+    with pytest.warns(UserWarning, match="no DSL is named 'nosuchdsl'"):
+        assert pn.get_dsl_operations("nosuchdsl") == []
 
 
 def test_dsl_switches(overrides, x):
@@ -142,3 +143,24 @@ def test_disabled_slot_runs_captured_kernel_without_conds(overrides, x):
         torch.sub(x, x)
         assert "_pn_cond" not in pn.router_source("sub.Tensor", "CPU")
     assert calls == []
+
+
+def test_the_most_recent_scope_decides_and_explicit_switches_lift_contrary_holds(overrides, x):
+    overrides("sub.Tensor", always, marked_sub)
+    off, on = pn.operations_disabled("sub"), pn.operations_enabled("sub")
+    with off:
+        with on:
+            assert routed(x)
+            with off:  # the same object entered again: its own hold, the newest
+                assert not routed(x)
+            assert routed(x)
+        assert not routed(x)
+    assert routed(x)
+    with on:
+        pn.disable_operations("sub")  # lifts the scope's hold on: off from now on
+        assert not routed(x)
+    assert not routed(x)
+    with off:
+        pn.enable_operations("sub")  # lifts the scope's hold off
+        assert routed(x)
+    assert routed(x)

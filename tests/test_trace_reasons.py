@@ -354,3 +354,36 @@ def test_scatter_add_explains_the_deterministic_mode():
         assert scatter_add.scatter_add_explain(*args).startswith("deterministic algorithms are on")
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+# ----- trace.summary() -----
+
+
+def test_the_summary_counts_events_per_op_outcome_and_reason(overrides, x):
+    overrides("sub.Tensor", two_d, marked_sub, explain=counting_explain([]))
+    with pn.trace() as t:
+        for _ in range(3):
+            torch.sub(x, x)
+        for _ in range(2):
+            torch.sub(torch.ones(3), torch.ones(3))
+        with pn.operations_disabled("sub"):
+            torch.sub(x, x)
+    summary = t.summary()
+    assert list(summary) == [
+        ("sub.Tensor", "override", TEST_DSL, None, 3),
+        ("sub.Tensor", "fallback", None, f"{TEST_DSL}: a 1-d input (takes 2-d)", 2),
+        ("sub.Tensor", "fallback", None, f"{TEST_DSL}: op sub disabled by a scope", 1),
+    ]
+    assert summary[0].count == 3 and summary.total == 6 and summary.dropped == 0
+    assert summary.counts()[("sub.Tensor", "fallback", None, f"{TEST_DSL}: op sub disabled by a scope")] == 1
+    lines = str(summary).splitlines()
+    assert lines[0].split() == ["op", "outcome", "dsl", "count", "reason"]
+    assert lines[1].split()[:4] == ["sub.Tensor", "override", TEST_DSL, "3"]
+    assert lines[-1] == "6 events"
+    assert json.loads(json.dumps([row._asdict() for row in summary]))[2]["count"] == 1  # plain data
+
+
+def test_an_empty_trace_summarises_to_nothing():
+    with pn.trace() as t:
+        pass
+    assert list(t.summary()) == [] and str(t.summary()).splitlines() == ["op  outcome  dsl  count  reason", "0 events"]

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
-from python_native.foundations.switches import KINDS
+from python_native.foundations.switches import ALL, KINDS
 
 
 def names_of(o: OverrideHandle, kind: str) -> tuple[str, ...]:
@@ -19,6 +19,8 @@ def names_of(o: OverrideHandle, kind: str) -> tuple[str, ...]:
         return (o.dsl,)
     if kind == "key":
         return (o.dispatch_key,)
+    if kind == "all":
+        return (ALL,)
     return o.op_names
 
 

@@ -76,6 +76,9 @@ def why_off(o: OverrideHandle) -> str:
     s = registry.switches
     if registry.killed:
         return f"every override disabled ({'/'.join(env.DISABLE_ALL)})"
+    if s.all.off:
+        scoped = s.all.holds and not s.all.explicit
+        return "every override disabled (pn.enabled is False" + (", by a scope)" if scoped else ")")
     if o.dsl in registry.unroutable_dsls:
         return f"DSL {o.dsl} unavailable: {dsl_registry.runtime_failure(o.dsl) or 'its runtime cannot run here'}"
     if o.dsl in s.dsl.off:

@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
-from python_native.core import arguments, extensions, reasons, reclaim, routers, slots
+from python_native.core import arguments, below, extensions, reasons, reclaim, routers, slots
 from python_native.core import variants as variants_
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
@@ -27,10 +27,11 @@ from python_native.core.slots import Slot
 from python_native.foundations import dsl_registry, env, schema
 from python_native.foundations.dispatch_keys import check_str
 from python_native.foundations.switches import Switches
-from python_native.foundations.tracing import Trace, TraceHub
+from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceHub
 
 log = logging.getLogger("python_native")
 _REFRESHED = extensions.SLOT_REFRESHED  # the listeners' list itself (changed in place, never rebound)
+_OUTER_NAMES = below.OUTER_NAMES  # likewise
 
 
 class Registry:
@@ -55,7 +56,7 @@ class Registry:
         s = self.switches
         if self.killed or o.dsl in self.unroutable_dsls:
             return False
-        if o.dsl in s.dsl.off or o.dispatch_key in s.key.off or o.variant == variants_.ATEN:
+        if s.all.off or o.dsl in s.dsl.off or o.dispatch_key in s.key.off or o.variant == variants_.ATEN:
             return False
         return s.op.off.isdisjoint(o.op_names)
 
@@ -271,9 +272,10 @@ class Registry:
         """
         active: list[OverrideHandle] = []
         uids: list[int] = []
-        if not self.killed:
-            s = self.switches
-            dsl_off, key_off, op_off, unroutable = s.dsl.off, s.key.off, s.op.off, self.unroutable_dsls
+        s = self.switches
+        op_off = s.op.off
+        if not self.killed and not s.all.off:
+            dsl_off, key_off, unroutable = s.dsl.off, s.key.off, self.unroutable_dsls
             for o in slot.overrides:  # a plain loop: cheaper than a comprehension on 3.10/3.11
                 if (o.dsl not in dsl_off and o.dispatch_key not in key_off and o.dsl not in unroutable
                         and o.variant != "aten" and op_off.isdisjoint(o.op_names)):
@@ -282,13 +284,19 @@ class Registry:
         # A slot whose overrides were all removed is no longer routed: traces skip its calls.
         traced = self.traces.active and bool(slot.overrides)
         cache_key = (tuple(uids), traced)
+        guard = False
+        if op_off:  # aten all the way down below a switched-off op (see ``below``)
+            guard, checked, callers = below.flags(self.slots, slot, active, op_off)
+            if guard or checked:
+                cache_key += (guard, checked, bool(callers))
+                slot.namespace["_pn_callers"] = callers
         hit = slot.codes.get(cache_key)
         if hit is None:
-            hit = routers.variant_code(slot, active, traced, cache_key)
+            hit = routers.variant_code(slot, active, traced, cache_key, cache_key[2:] or (False, False, False))
         slot.current_source, code = hit
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
-        slot.active, slot.traced = tuple(active), traced
+        slot.active, slot.traced, slot.below = tuple(active), traced, guard
         if _REFRESHED:  # extensions.notify, written out: a toggle refreshes twice
             for fn in _REFRESHED:
                 try:
@@ -297,8 +305,12 @@ class Registry:
                     log.exception("python_native: listener %r raised", fn)
 
     def _refresh_names(self, kind: str, names: Sequence[str]) -> None:
-        for slot in self.index.slots(kind, names):
+        touched = self.index.slots(kind, names)
+        for slot in touched:
             self.refresh(slot)
+        if kind == "op" and not _OUTER_NAMES.isdisjoint(names):  # the ops called inside follow (``below``)
+            for slot in below.dependents(self.index, touched, names, self.slots):
+                self.refresh(slot)
 
     def refresh_all(self) -> None:
         for slot in self.slots.values():
@@ -316,14 +328,17 @@ class Registry:
             self.switches.of(kind).enable(names)
             self._refresh_names(kind, names)
 
-    def hold(self, kind: str, names: Sequence[str]) -> int:
+    def hold(self, kind: str, names: Sequence[str], token: int | None = None, off: bool = True) -> int:
+        """Hold ``names`` off (or on) with ``token`` (a new one when None) until ``release``."""
         with self.lock:
-            token = self.switches.new_token()
-            self.switches.of(kind).hold(names, token)
+            if token is None:
+                token = self.switches.new_token()
+            self.switches.of(kind).hold(names, token, off)
             self._refresh_names(kind, names)
             return token
 
     def release(self, kind: str, names: Sequence[str], token: int) -> None:
+        """Drop ``token``'s hold; idempotent, so a release cut short is finished by calling it again."""
         with self.lock:
             self.switches.of(kind).release(names, token)
             self._refresh_names(kind, names)
@@ -339,8 +354,8 @@ class Registry:
 
     # ----- tracing -----
 
-    def trace(self) -> Trace:
-        return Trace(self._open_trace, self._close_trace)
+    def trace(self, capacity: int = DEFAULT_CAPACITY) -> Trace:
+        return Trace(self._open_trace, self._close_trace, capacity)
 
     def _open_trace(self, trace: Trace) -> None:
         with self.lock:
@@ -348,6 +363,7 @@ class Registry:
                 self.refresh_all()
 
     def _close_trace(self, trace: Trace) -> None:
+        """Idempotent: a close cut short (an interrupt) is finished by calling it again."""
         with self.lock:
             if self.traces.remove(trace):
                 self.refresh_all()

@@ -10,6 +10,7 @@ is warned about once, counts as unset (the default), and is named in the status 
 
 from __future__ import annotations
 
+import difflib
 import os
 
 from python_native.foundations import faults
@@ -213,6 +214,21 @@ def variant_choices() -> list[tuple[str, str]]:
     else:
         faults.resolve(VARIANTS[0])
     return pairs
+
+
+PREFIX = "PYTHON_NATIVE_"
+
+
+def check_unknown() -> list[str]:
+    """Name each set ``PYTHON_NATIVE_*`` variable that no switch reads (a misspelling reads as unset),
+    with the switch it resembles: warned once and kept in the status report. Returns them."""
+    known = sorted({name for names, _ in SWITCHES for name in names if name.startswith(PREFIX)})
+    unknown = sorted(name for name in os.environ if name.startswith(PREFIX) and name not in known)
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        fix = f"did you mean {close[0]}?" if close else f"the variables read are {', '.join(known)}"
+        faults.report(name, "no such variable: python_native ignores it", fix, stacklevel=3)
+    return unknown
 
 
 def import_time_values() -> tuple[str | None, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 from python_native.core import variants
 from python_native.core.handles import OverrideHandle
 from python_native.core.registry import REGISTRY
-from python_native.foundations import uncompiled
+from python_native.foundations import interrupts, uncompiled
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel.controller import op_names
 
@@ -80,32 +80,39 @@ class VariantScope(contextlib.ContextDecorator):
 
     @uncompiled.entering
     def __enter__(self) -> VariantScope:
-        paused = uncompiled.pause()  # the block runs outside compiled graphs, as the switches' scopes do
+        # As the switches' scopes (see ``interrupts``): the choice is the last step, undone when cut short.
+        entry = None
         try:
+            entry = ([], uncompiled.pause())  # the block runs outside compiled graphs, as the switches' scopes do
+            self._saved.append(entry)
             with REGISTRY.lock:
                 targets = _targets(self._op, self._name, "override_variant")
-                saved = [(o, o.variant) for o in targets]
+                entry[0].extend((o, o.variant) for o in targets)
                 for o in targets:
                     variants.choose(REGISTRY, o, self._name)
         except BaseException:
-            uncompiled.resume(paused)
+            if entry is not None:
+                self._restore(entry)
             raise
-        self._saved.append((saved, paused))
         return self
 
     @uncompiled.entering
+    @interrupts.unpolled_entry
     def __exit__(self, *exc_info: object) -> None:
-        try:
-            saved, paused = self._saved.pop()
-        except IndexError:
-            raise RuntimeError(f"{self!r} was exited more times than it was entered") from None
-        try:
-            with REGISTRY.lock:
-                for o, previous in saved:
-                    if not o.removed:
-                        variants.choose(REGISTRY, o, previous)
-        finally:
-            uncompiled.resume(paused)
+        interrupts.undo_last(self, self._saved, self._restore)
+
+    def _restore(self, entry: tuple[list[tuple[OverrideHandle, str]], Any]) -> None:
+        """Put back each override's previous choice, forget ``entry``, resume Dynamo: idempotent."""
+        saved, paused = entry
+        with REGISTRY.lock:
+            for o, previous in saved:
+                if not o.removed:
+                    variants.choose(REGISTRY, o, previous)
+        for i in range(len(self._saved) - 1, -1, -1):
+            if self._saved[i] is entry:
+                del self._saved[i]
+                break
+        uncompiled.resume(paused)
 
     def __repr__(self) -> str:
         return f"<python_native scope running variant {self._name!r} of {self._op!r}>"

@@ -1,91 +1,24 @@
-"""User-facing switches: per-DSL controllers and the disable/enable scopes over names."""
+"""User-facing switches: per-DSL controllers and the checks of the names switches take."""
 
 from __future__ import annotations
 
 import difflib
-import functools
 import numbers
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
+from packaging.version import Version
 
 from python_native.core.registry import REGISTRY
 from python_native.foundations import declared, dsl_registry, public_names, schema, uncompiled
 from python_native.foundations.dispatch_keys import check_switchable_keys
 from python_native.panel import bootstrap as _bootstrap
+from python_native.panel import callables
+from python_native.panel.scopes import Scope
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Scope:
-    """A reference-counted disable: holds ``names`` of ``kind`` off from enter to exit.
-
-    The same object may be entered again (even from another thread); each entry takes its own
-    hold, and each exit releases the most recent hold it took, whether the body raised or not.
-    Inside a function ``torch.compile`` runs, the block runs eagerly, outside any graph (see
-    ``uncompiled``).
-    """
-
-    __slots__ = ("_kind", "_names", "_tokens")
-
-    def __init__(self, kind: str, names: tuple[str, ...]):
-        self._kind = kind
-        self._names = names
-        self._tokens: list[tuple[int, Any]] = []  # (registry hold, Dynamo pause) per entry
-
-    @uncompiled.entering
-    def __enter__(self) -> None:
-        paused = uncompiled.pause()
-        try:
-            self._tokens.append((REGISTRY.hold(self._kind, self._names), paused))
-        except BaseException:
-            uncompiled.resume(paused)
-            raise
-
-    @uncompiled.entering
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            token, paused = self._tokens.pop()
-        except IndexError:
-            raise RuntimeError(f"{self!r} was exited more times than it was entered") from None
-        try:
-            REGISTRY.release(self._kind, self._names, token)
-        finally:
-            uncompiled.resume(paused)
-
-    def __reduce__(self) -> tuple:
-        """A scope pickles as what it disables; the holds it has open stay with this process."""
-        return (Scope, (self._kind, self._names))
-
-    @uncompiled.opaque
-    def __call__(self, fn: F) -> F:
-        """Decorator use, like torch's flag scopes: ``fn`` runs with the names held off.
-
-        Each call takes its own hold with a local token, so concurrent calls from several
-        threads never release one another's holds. Called from compiled code, ``fn`` runs eagerly.
-        """
-        if not callable(fn):
-            raise TypeError(f"a python_native scope decorates a callable, got {type(fn).__name__}: {fn!r}")
-        kind, names = self._kind, self._names
-
-        @functools.wraps(fn)
-        def scoped(*args: Any, **kwargs: Any) -> Any:
-            paused = uncompiled.pause()
-            try:
-                token = REGISTRY.hold(kind, names)
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    REGISTRY.release(kind, names, token)
-            finally:
-                uncompiled.resume(paused)
-
-        return uncompiled.entering(scoped)  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"<python_native scope disabling {self._kind} {list(self._names)}>"
+__all__ = ["DSLController", "RuntimeVersion", "Scope", "dispatch_key_names", "dsl_name", "flag_value", "op_names",
+           "op_targets", "op_is_off", "refuse_if_frozen"]
 
 
 _normalized: dict[tuple[Any, ...], tuple[int, tuple[str, ...]]] = {}
@@ -140,10 +73,10 @@ def _op_symbol(value: Any) -> str:
     ``"python_native::linear_cross_entropy"``."""
     if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         value = value.name() if isinstance(value, torch._ops.OpOverload) else value._qualified_op_name
+    elif callable(value) and not isinstance(value, str):
+        value = callables.op_name_of(value, _is_op_name)
     if not isinstance(value, str):
-        raise TypeError(
-            f"op symbols must be str, torch.ops OpOverload or OpOverloadPacket, got {type(value).__name__}: {value!r}"
-        )
+        raise TypeError(f"cannot name an op by {type(value).__name__} {value!r}: {callables.ACCEPTED}")
     namespace, sep, rest = value.partition("::")
     if sep:
         allowed = _namespaces()
@@ -154,6 +87,11 @@ def _op_symbol(value: Any) -> str:
             )
         value = rest
     return value
+
+
+def _is_op_name(name: str) -> bool:
+    """Whether some op answers to ``name``: a public name, an overridden op, or an op of aten."""
+    return public_names.is_public(name) or name in REGISTRY.known_op_names() or schema.op_exists("aten", name)
 
 
 def _namespaces() -> tuple[str, ...]:
@@ -233,6 +171,49 @@ def flag_value(value: Any, what: str) -> bool:
     raise TypeError(f"{what} must be a bool (or 0/1), got {type(value).__name__}: {value!r}")
 
 
+def refuse_if_frozen(attribute: str, scoped: str) -> None:
+    """Like torch's backend flags: bare assignment is refused after
+    ``torch.backends.disable_global_flags()``; the scoped form still works."""
+    if torch.backends.flags_frozen():
+        raise RuntimeError(f"not allowed to set {attribute} after torch.backends.disable_global_flags(); "
+                           f"use `with {scoped}:` instead")
+
+
+class RuntimeVersion(Version):
+    """A DSL runtime's version; calling it returns it (``pn.triton.version()``, as ``cudnn.version()``)."""
+
+    def __call__(self) -> RuntimeVersion:
+        return self
+
+
+class NotInstalled:
+    """``pn.<dsl>.version`` of a runtime that is not installed: falsy, equal to None, and calling it
+    returns None (``major``, ``minor`` and ``micro`` are None too)."""
+
+    major = minor = micro = None
+
+    def __call__(self) -> None:
+        return None
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return other is None or isinstance(other, NotInstalled)
+
+    def __hash__(self) -> int:
+        return hash(None)
+
+    def __repr__(self) -> str:
+        return "NOT_INSTALLED"
+
+    def __str__(self) -> str:
+        return "None"
+
+
+NOT_INSTALLED = NotInstalled()
+
+
 class DSLController:
     """The switch panel of one DSL: ``pn.triton``. One instance per DSL name."""
 
@@ -256,10 +237,17 @@ class DSLController:
         _bootstrap.settle()
         return dsl_registry.unavailable_reason(self._name)
 
+    def is_available(self) -> bool:
+        """``available``, called as torch's backends are asked (``torch.backends.cudnn.is_available()``)."""
+        return self.available
+
     @property
-    def version(self):
-        """The runtime's ``packaging.version.Version``, or None when it is not installed."""
-        return dsl_registry.version(self._name)
+    def version(self) -> RuntimeVersion | NotInstalled:
+        """The runtime's version: a ``packaging.version.Version`` that may also be called, as
+        ``torch.backends.cudnn.version()`` is (``pn.triton.version()``); when the runtime is not
+        installed, ``NOT_INSTALLED``, which is falsy, equals None, and returns None when called."""
+        found = dsl_registry.version(self._name)
+        return NOT_INSTALLED if found is None else RuntimeVersion(str(found))
 
     @property
     def enabled(self) -> bool:
@@ -267,11 +255,7 @@ class DSLController:
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
-        if torch.backends.flags_frozen():
-            raise RuntimeError(
-                f"not allowed to set pn.{self._name}.enabled after torch.backends.disable_global_flags(); "
-                f"use `with pn.{self._name}.disabled():` instead"
-            )
+        refuse_if_frozen(f"pn.{self._name}.enabled", f"pn.{self._name}.disabled()")
         self.enable() if flag_value(value, f"pn.{self._name}.enabled") else self.disable()
 
     @uncompiled.opaque
@@ -288,6 +272,12 @@ class DSLController:
     def disabled(self) -> Scope:
         """Context manager or decorator: this DSL's overrides are off inside the block or call."""
         return Scope("dsl", (self._name,))
+
+    @uncompiled.opaque
+    def flags(self, enabled: bool = False) -> Scope:
+        """Context manager or decorator, as ``torch.backends.cudnn.flags(enabled=...)``: this DSL's
+        overrides are on (``enabled=True``) or off inside the block, whatever they are outside."""
+        return Scope("dsl", (self._name,), not flag_value(enabled, f"pn.{self._name}.flags(enabled=...)"))
 
     @property
     def operations(self) -> list[str]:

@@ -13,24 +13,25 @@ import sys
 import types
 from functools import cache
 
-import torch
-
+from python_native.core.registry import REGISTRY
 from python_native.features import compiled
 from python_native.foundations import dsl_registry
+from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
-from python_native.panel.controller import DSLController
+from python_native.panel.controller import DSLController, flag_value, refuse_if_frozen
 
 PUBLIC_API = (
     "all_dsls", "available_dsls", "get_dsl_operations", "operation_names", "register_dsl", "register_op_override",
-    "disable_operations", "enable_operations", "operations_disabled",
-    "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled",
+    "enabled", "flags", "is_available", "version",
+    "disable_operations", "enable_operations", "operations_disabled", "operations_enabled",
+    "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled", "dispatch_keys_enabled",
     "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
     "reorder_overrides", "overrides", "router_source", "trace", "status",
-    "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
+    "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "TraceSummary", "speckey",
     "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
     "set_override_variant", "get_override_variant", "override_variant",
 )
-RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
+RESERVED_NAMES = frozenset(PUBLIC_API)
 
 
 @cache
@@ -53,6 +54,18 @@ class PythonNativeModule(types.ModuleType):
         return [name for name in dsl_registry.names() if dsl_registry.available(name)]
 
     @property
+    def enabled(self) -> bool:
+        """The master switch, as ``torch.backends.cudnn.enabled``: False turns every override of every
+        DSL off (the other switches keep their state underneath); ``pn.flags(enabled=...)`` scopes it."""
+        return not REGISTRY.is_off("all", ALL)
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        refuse_if_frozen("pn.enabled", f"pn.flags(enabled={bool(value)!r})")
+        on = flag_value(value, "pn.enabled")
+        REGISTRY.enable("all", (ALL,)) if on else REGISTRY.disable("all", (ALL,))
+
+    @property
     def compile_mode(self) -> str:
         """How overrides meet torch.compile: "bypass" (default) or "keep" (see docs/compile.md)."""
         return compiled.get()
@@ -61,11 +74,7 @@ class PythonNativeModule(types.ModuleType):
     def compile_mode(self, mode: str) -> None:
         # Like torch's backend flags (and ``pn.<dsl>.enabled``): bare assignment is refused after
         # ``torch.backends.disable_global_flags()``; the scoped form still works.
-        if torch.backends.flags_frozen():
-            raise RuntimeError(
-                "not allowed to set pn.compile_mode after torch.backends.disable_global_flags(); "
-                f"use `with pn.compile_mode_set({mode!r}):` instead"
-            )
+        refuse_if_frozen("pn.compile_mode", f"pn.compile_mode_set({mode!r})")
         compiled.set_mode(mode)
 
     def __reduce__(self) -> tuple:
@@ -85,7 +94,8 @@ class PythonNativeModule(types.ModuleType):
         raise AttributeError(f"module 'python_native' has no attribute {name!r}; {hint}(DSLs: {dsls})")
 
     def __dir__(self) -> list[str]:
-        names = set(super().__dir__()) | set(PUBLIC_API)
+        """The public API and the DSL controllers, with the module's own dunders; no imports or helpers."""
+        names = {n for n in super().__dir__() if n.startswith("__") and n.endswith("__")} | set(PUBLIC_API)
         try:
             names |= set(self.all_dsls)
         except Exception:  # a broken third-party DSL must not break dir()

@@ -15,6 +15,7 @@ from python_native.core.registry import REGISTRY
 from python_native.features import calibration, compiled, front, native_bridge
 from python_native.foundations import declared, dsl_registry, env, faults
 from python_native.foundations.dispatch_keys import unreachable_reason
+from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
 
 LEGEND = {
@@ -22,7 +23,8 @@ LEGEND = {
     "unavailable": "it cannot (the reason follows); its overrides are not installed or never fire",
     "enabled": "not switched off by pn.<dsl>.enabled = False, disable() or a disabled() scope",
     "active": "calls can reach the override now: its DSL, op and dispatch key are all switched on",
-    "inactive": "installed but switched off (DSL, op or key disabled, its DSL unavailable, or variant 'aten' chosen)",
+    "inactive": "installed but switched off (pn.enabled False, DSL, op or key disabled, its DSL unavailable, "
+                "or variant 'aten' chosen)",
     "never reached": "active, but at a dispatch key no tensor on this machine has (no device of that kind)",
     "variants": "the impls an override declares; the one running is marked * ('aten': the original kernel, "
                 "the override passes calls through); choose with pn.set_override_variant or PYTHON_NATIVE_VARIANTS",
@@ -163,6 +165,7 @@ def collect() -> dict:
     sections = _Sections()
     data = {
         "torch": torch.__version__,
+        "enabled": not REGISTRY.is_off("all", ALL),  # the master switch, pn.enabled
         "dsls": sections.each("DSL", dsl_registry.names, _dsl_entry),
         "overrides": sections.each("override", REGISTRY.overrides, _override_entry),
         "declared_ops": sections.each("declared op", declared.declared, _declared_entry),

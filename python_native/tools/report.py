@@ -25,6 +25,8 @@ def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
 
 def render(data: dict) -> str:
     lines = [f"torch {data['torch']}"]
+    if data.get("enabled") is False:
+        lines += ["", "pn.enabled is False: every override is off (pn.enabled = True, or leave pn.flags(enabled=False))"]
     if data.get("problems"):
         lines += ["", f"Problems ({len(data['problems'])}): each costs only what depends on it"]
         for p in data["problems"]:

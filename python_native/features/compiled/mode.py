@@ -21,6 +21,7 @@ import torch
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features.compiled import opaque
+from python_native.foundations import interrupts
 
 MODES = ("bypass", "keep")
 
@@ -62,12 +63,31 @@ class mode_set:  # noqa: N801  (used like a function: ``with pn.compile_mode_set
         self._previous: list[str] = []
 
     def __enter__(self) -> None:
-        with _lock():
-            self._previous.append(_mode)
+        # As the switches' scopes (see ``interrupts``): the change is the last step, undone when cut short.
+        previous = _mode
+        try:
+            self._previous.append(previous)
             set_mode(self.mode)
+        except BaseException:
+            self._restore(previous)
+            raise
 
+    @interrupts.unpolled_entry
     def __exit__(self, *exc: object) -> None:
-        set_mode(self._previous.pop())
+        previous = self._previous[-1]
+        try:
+            self._restore(previous)
+        except BaseException:
+            self._restore(previous)  # an interrupt cut it short: finish it
+            raise
+
+    def _restore(self, previous: str) -> None:
+        """Set ``previous`` again and forget it: idempotent."""
+        set_mode(previous)
+        for i in range(len(self._previous) - 1, -1, -1):
+            if self._previous[i] is previous:
+                del self._previous[i]
+                break
 
 
 # ----- Inductor's decomposition tables -----

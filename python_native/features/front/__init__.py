@@ -216,7 +216,7 @@ def _refreshed(slot: Any) -> None:
     cell = _state.mode_cells.get(slot)
     if cell is None:
         return
-    mode, masks = _FALLBACK if not slot.active and not slot.traced else _decide(slot)
+    mode, masks = _FALLBACK if not slot.active and not slot.traced and not slot.below else _decide(slot)
     if masks:
         if cell[0] != mode or _state.applied.get(slot) != masks:
             front = _state.fronts[slot]
@@ -240,7 +240,7 @@ def _attribute(fn: Any, name: str) -> Any:
 def _decide(slot: Any) -> tuple[int, tuple]:
     """The front's mode for ``slot`` now, and the masks of calls every active override declines."""
     m = _state.module
-    if slot.traced:
+    if slot.traced or slot.below:  # the router records, or runs the kernel below inside its guard
         return _PYTHON
     if not slot.active:
         return _FALLBACK
