@@ -285,8 +285,10 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
 
 @uncompiled.opaque
 def trace() -> Trace:
-    """Context manager recording one ``TraceEvent`` per routed call while it is open."""
+    """Context manager recording one ``TraceEvent`` per routed call while it is open (it warns
+    when no DSL can run here, so that an empty trace is never a mystery)."""
     _bootstrap.settle()
+    snapshot.warn_if_nothing_runs(stacklevel=2)
     return REGISTRY.trace()
 
 

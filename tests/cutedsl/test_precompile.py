@@ -10,7 +10,8 @@ import sys
 import pytest
 from cutedsl_testing import INSTALLED, requires_cutlass
 
-ARGS = ["--op", "_fused_rms_norm", "--op", "_log_softmax", "--dtype", "float16", "--size-class", "short", "--json"]
+# A public name (rms_norm: forward and backward) and, in a comma list, a backward's aten name (just it).
+ARGS = ["--op", "rms_norm,_log_softmax_backward_data", "--dtype", "float16", "--size-class", "short", "--json"]
 
 
 def _precompile(cache, *args):
@@ -25,19 +26,19 @@ def test_second_run_reuses_every_entry(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     data = json.loads(first.stdout)
     kernels = data["kernels"]
-    assert {k["op"] for k in kernels} == {"_fused_rms_norm", "_log_softmax"}
-    # RMS norm with and without weight, log-softmax fp16 -> fp16 and fp16 -> fp32 (half_to_float),
-    # each plain and vectorized
-    assert len(kernels) == 8
-    assert sum("vec" in k["flags"] for k in kernels) == 4
+    assert {k["op"] for k in kernels} == {"_fused_rms_norm", "_fused_rms_norm_backward", "_log_softmax_backward_data"}
+    # RMS norm forward with and without weight, each plain and vectorized; its backward with and
+    # without weight; the log-softmax backward
+    assert len(kernels) == 7
+    assert sum("vec" in k["flags"] for k in kernels) == 2
     assert all(k["dtype"] == "float16" and k["size_class"] == "short" and k["ms"] > 0 for k in kernels)
-    assert [k["cached"] for k in kernels] == [False] * 8 and data["compiled"] == 8
+    assert [k["cached"] for k in kernels] == [False] * 7 and data["compiled"] == 7
     assert data["arch"] == "sm_90a" and data["cache_dir"] == str(tmp_path)
 
     second = json.loads(_precompile(tmp_path, *ARGS).stdout)
-    assert [k["cached"] for k in second["kernels"]] == [True] * 8
-    assert (second["compiled"], second["cached"], second["failed"]) == (0, 8, 0)
-    assert len([p for p in tmp_path.iterdir() if p.suffix == ".bin"]) == 8
+    assert [k["cached"] for k in second["kernels"]] == [True] * 7
+    assert (second["compiled"], second["cached"], second["failed"]) == (0, 7, 0)
+    assert len([p for p in tmp_path.iterdir() if p.suffix == ".bin"]) == 7
 
 
 @requires_cutlass
@@ -56,7 +57,7 @@ def test_without_cutlass_it_says_what_to_install(tmp_path):
 @pytest.mark.parametrize(
     ("args", "named", "allowed"),
     [(["--arch", "sm_999"], "--arch 'sm_999'", "sm_90a"), (["--arch", "sm90a"], "did you mean sm_90, sm_90a", "sm_80"),
-     (["--op", "bmm"], "--op 'bmm'", "_softmax_backward_data"), (["--dtype", "fp16"], "--dtype 'fp16'", "bfloat16"),
+     (["--op", "bmm"], "--op 'bmm'", "rms_norm"), (["--dtype", "fp16"], "--dtype 'fp16'", "bfloat16"),
      (["--size-class", "huge"], "--size-class 'huge'", "short, medium, long")],
     ids=["arch", "arch-typo", "op", "dtype", "size-class"],
 )
@@ -70,9 +71,9 @@ def test_bad_options_are_answered_in_one_line_before_compiling(tmp_path, args, n
 
 @requires_cutlass
 def test_progress_counts_kernels_with_an_eta(tmp_path):
-    proc = _precompile(tmp_path, "--dsl", "cutedsl", "--op", "_softmax", "--dtype", "float32", "--size-class", "short")
+    proc = _precompile(tmp_path, "--dsl", "cutedsl", "--op", "amax", "--dtype", "float32", "--size-class", "short")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert [line[:5] for line in lines[:2]] == ["[1/2 ", "[2/2 "]
-    assert all(" ETA " in line and "_softmax" in line for line in lines[:2])
+    assert all(" ETA " in line and "amax" in line for line in lines[:2])
     assert lines[-1].startswith("2 compiled, 0 reused")
