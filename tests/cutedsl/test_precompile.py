@@ -11,7 +11,9 @@ import pytest
 from cutedsl_testing import INSTALLED, requires_cutlass
 
 # A public name (rms_norm: forward and backward) and, in a comma list, a backward's aten name (just it).
-ARGS = ["--op", "rms_norm,_log_softmax_backward_data", "--dtype", "float16", "--size-class", "short", "--json"]
+# --dsl cutedsl: the kernels only (with --cache-dir, --dsl all would also build the front into it).
+ARGS = ["--dsl", "cutedsl", "--op", "rms_norm,_log_softmax_backward_data", "--dtype", "float16", "--size-class", "short",
+        "--json"]
 
 
 def _precompile(cache, *args):
@@ -41,10 +43,27 @@ def test_second_run_reuses_every_entry(tmp_path):
     assert len([p for p in tmp_path.iterdir() if p.suffix == ".bin"]) == 7
 
 
+@pytest.fixture
+def in_process(tmp_path, monkeypatch, capsys):
+    """``precompile`` run by ``main`` in this process (the options are checked before anything is
+    imported that a subprocess would pay for again); what it sets in the environment is undone."""
+    from python_native.__main__ import main
+
+    monkeypatch.setenv("CUTE_DSL_ARCH", os.environ.get("CUTE_DSL_ARCH", "sm_90a"))
+    monkeypatch.setenv("PYTHON_NATIVE_CACHE_DIR", str(tmp_path))
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["precompile", "--cache-dir", str(tmp_path), *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
 @requires_cutlass
-def test_filters_that_match_nothing_fail_clearly(tmp_path):
-    r = _precompile(tmp_path, "--op", "not_an_op")
-    assert r.returncode == 2 and "--op 'not_an_op' unknown" in r.stderr and "allowed: " in r.stderr
+def test_filters_that_match_nothing_fail_clearly(in_process):
+    code, _, err = in_process("--op", "not_an_op")
+    assert code == 2 and "--op 'not_an_op' unknown" in err and "allowed: " in err
 
 
 @pytest.mark.skipif(INSTALLED, reason="CuTe DSL is installed")
@@ -61,12 +80,12 @@ def test_without_cutlass_it_says_what_to_install(tmp_path):
      (["--size-class", "huge"], "--size-class 'huge'", "short, medium, long")],
     ids=["arch", "arch-typo", "op", "dtype", "size-class"],
 )
-def test_bad_options_are_answered_in_one_line_before_compiling(tmp_path, args, named, allowed):
-    proc = _precompile(tmp_path, *args)
-    assert proc.returncode == 2
-    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
-    assert named in proc.stderr and "allowed: " in proc.stderr and allowed in proc.stderr
-    assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())  # nothing compiled
+def test_bad_options_are_answered_in_one_line_before_compiling(in_process, tmp_path, args, named, allowed):
+    code, out, err = in_process(*args)
+    assert code == 2
+    assert out == "" and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert named in err and "allowed: " in err and allowed in err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())  # nothing compiled
 
 
 @requires_cutlass
