@@ -343,8 +343,10 @@ def _require_overload(lib_symbol: str, op_symbol: str) -> None:
 @uncompiled.opaque
 def trace(capacity: int = DEFAULT_CAPACITY) -> Trace:
     """Context manager recording one ``TraceEvent`` per routed call while it is open: at most
-    ``capacity`` of them (100 000 by default, about 10 MB), the rest counted in ``trace.dropped``."""
+    ``capacity`` of them (100 000 by default, about 10 MB), the rest counted in ``trace.dropped``.
+    It warns when no DSL can run here, so that an empty trace is never a mystery."""
     _bootstrap.settle()
+    snapshot.warn_if_nothing_runs(stacklevel=2)
     return REGISTRY.trace(capacity)
 
 

@@ -22,9 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 WORLD = 2
 TIMEOUT = 240  # seconds for the whole job; it takes about 30 on two busy cores
 
-pytestmark = pytest.mark.skipif(
-    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is not available"
-)
+pytestmark = [
+    pytest.mark.slow,  # a two-rank job: CI's second step runs it
+    pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                       reason="torch.distributed with gloo is not available"),
+]
 
 RANK = r"""
 import contextlib, json, os

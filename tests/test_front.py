@@ -180,6 +180,7 @@ def _logging_compiler(tmp_path: Path) -> tuple[Path, Path]:
     return cxx, log
 
 
+@pytest.mark.slow  # compiles the front in a fresh cache
 def test_precompile_builds_it_once_across_processes_and_then_reports_it_cached(tmp_path):
     cxx, log = _logging_compiler(tmp_path)
     env = {**os.environ, "PYTHON_NATIVE_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(cxx)}

@@ -39,6 +39,7 @@ def report() -> dict:
     return out
 
 
+@pytest.mark.slow  # the row kernels compiled for sm_90a and counted in the interpreter: minutes
 def test_every_row_is_planned_compiled_and_counted(report):
     assert report["arch"] == "sm_90a" and report["sm_count"] == 132
     seen = {case["op"] for case in report["cases"]}
@@ -56,6 +57,7 @@ def test_every_row_is_planned_compiled_and_counted(report):
             assert call["ratio"] >= 0.999, (case["label"], call)
 
 
+@pytest.mark.slow
 def test_no_open_findings_at_sm90a(report):
     open_ = [f for f in report["findings"] if f["excused"] is None]
     assert not open_, "\n".join(f"[{f['check']}] {f['kernel']} at {f['case']}: {f['measured']}" for f in open_)

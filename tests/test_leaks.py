@@ -26,6 +26,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # 10,000-cycle measurements: CI's second step runs them
+
 _MEASURE = r"""
 import ctypes, gc, json, sys, time, types, warnings
 import torch, torch.backends.python_native as pn

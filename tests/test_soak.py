@@ -4,7 +4,7 @@ checked-mode overrides among them. Every result is checked in the thread that go
 the status report is what it was before and resident memory did not grow.
 
 It runs in a child process (a crash fails the test, not the suite), once per suite run
-(``-m "not soak"`` leaves it out).
+(``-m "not soak"`` leaves it out, and so does the README's ``-m "not slow"``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ REMOVE_LAST_OVERRIDE_UNDER_CALLERS = True
 # interned strings); a leak of a router or a tensor per call or per cycle is far beyond it.
 MAX_RSS_GROWTH_MB = 16
 
-pytestmark = pytest.mark.soak
+pytestmark = [pytest.mark.soak, pytest.mark.slow]
 
 SOAK = r"""
 import json, os, random, sys, threading, time, traceback, types

@@ -6,6 +6,7 @@ terminal (``python -m python_native``) or prints it as JSON.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,32 @@ def interpreter_hint() -> str | None:
     version = dsl_registry.version("triton")
     return _hint("triton", dsl_registry.available("triton"), str(version) if version is not None else None,
                  dsl_registry.unavailable_reason("triton"))
+
+
+def no_override_reason() -> str | None:
+    """Why no override can take a call in this process because no DSL can run here, ending with
+    what to do; None when one can (or when the user switched them off: that is no surprise)."""
+    if any(o.active and unreachable_reason(o.dispatch_key) is None for o in REGISTRY.overrides()):
+        return None
+    if env.overrides_disabled():
+        return f"{env.DISABLE_ALL[0]}=1 turns every override off for this process"
+    no_gpu = not torch.cuda.is_available()
+    if dsl_registry.version("triton") is None:
+        return ("triton is not installed: pip install 'python-native[triton]'"
+                + (f", then start Python with {env.TRITON_INTERPRET[0]}=1 (no GPU here)" if no_gpu else ""))
+    if interpreter_hint() is not None:
+        return (f"no GPU here and Triton's interpreter is off; set {env.TRITON_INTERPRET[0]}=1 before starting Python "
+                f"to run the Triton kernels on CPU ({env.TRITON_INTERPRET[0]}=1 python -m python_native lists them)")
+    if any(dsl_registry.available(name) for name in _bootstrap.BUILTIN_DSLS):
+        return None
+    return "; ".join(f"{name}: {dsl_registry.unavailable_reason(name)}" for name in _bootstrap.BUILTIN_DSLS) or None
+
+
+def warn_if_nothing_runs(stacklevel: int) -> None:
+    """Warn, once per calling line, that a trace opened now records no routed call, and why."""
+    why = no_override_reason()
+    if why is not None:
+        warnings.warn(f"python_native: this trace will record no override: {why}", UserWarning, stacklevel=stacklevel + 1)
 
 
 def _skipped(name: str) -> dict[str, str]:

@@ -56,6 +56,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # compiles every variant for sm_90a: CI's second step runs it
 def test_kernels_compile_for_sm90():
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")}

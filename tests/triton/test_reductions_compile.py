@@ -42,6 +42,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # compiles every variant for sm_90a: CI's second step runs it
 def test_reduction_kernels_compile_for_sm90():
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHON_NATIVE_TRITON_INTERPRET")}

@@ -164,6 +164,7 @@ def test_vocabulary_rows_split_across_programs(kind, dtype):
     compare(lambda x: fn(x, -1), [x.requires_grad_()], [fwd, bwd])
 
 
+@pytest.mark.slow  # 37 rows x 8 slices per dtype in the interpreter; the split path is also covered below
 @pytest.mark.parametrize("kind", OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_split_rows_many_rows_and_infinities(kind, dtype, long_row_limits):

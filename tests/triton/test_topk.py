@@ -108,7 +108,11 @@ def test_unsorted_returns_the_same_set(k):
     assert torch.equal(indices.sort(-1).values, ref_indices.sort(-1).values)
 
 
-@pytest.mark.parametrize("k,one_pass,chunk", [(3, 4096, 2048), (7, 256, 64), (40, 256, 256)])
+@pytest.mark.parametrize("k,one_pass,chunk", [
+    (3, 4096, 2048),
+    pytest.param(7, 256, 64, marks=pytest.mark.slow),  # three stages and more: a minute in the interpreter
+    pytest.param(40, 256, 256, marks=pytest.mark.slow),
+])
 def test_wide_rows_are_narrowed_in_stages(monkeypatch, k, one_pass, chunk):
     """Rows wider than one program's block go through scratch rows of candidates; the small
     limits make several stages run on rows the interpreter handles quickly."""

@@ -6,16 +6,22 @@ import argparse
 import sys
 from pathlib import Path
 
+from python_native.tools.commands.names import ROW_OPS, for_rows, listed
+from python_native.tools.commands.usage import UsageError, report, writable_file
+
 HELP = "benchmark the overrides against aten on this device, or write a calibration table (--calibrate)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # No import of python_native.tools.bench here: building the CLI parser must stay cheap for the status report.
     parser.add_argument("--quick", action="store_true", help="tiny shapes (what the Triton interpreter can run)")
-    parser.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default: %(default)s)")
-    parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
+    parser.add_argument("--dtype", "--dtypes", dest="dtypes", action="append", metavar="D",
+                        help="only this dtype (repeatable, or a comma list): float32, float16, bfloat16 (default: all)")
+    parser.add_argument("--op", "--ops", dest="ops", action="append", metavar="NAME",
+                        help="only this op (repeatable, or a comma list): a row, rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
                         "gelu_tanh, bmm_outer, group_norm, group_norm_cl, dropout, sum, sum_dim0, mean, prod, amax, "
-                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add")
+                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add; or any op name the panel "
+                        "takes (_softmax, bmm, ...), selecting the rows that reach it")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")
@@ -35,31 +41,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--calibrate without a GPU, through Triton's interpreter (for testing only)")
 
 
-def _fail(message: str) -> int:
-    print(f"python -m python_native bench: {message}", file=sys.stderr)
-    return 2
+def _check(args: argparse.Namespace) -> tuple[list, list[str] | None]:
+    """The dtypes and benchmark rows asked for, every path and value checked before any work."""
+    from python_native.tools import bench
+
+    try:
+        dtypes = bench.parse_dtypes(",".join(listed(args.dtypes)) or "float32,float16,bfloat16")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    ops = for_rows("--op", bench.OPS).resolve(args.ops)
+    if args.save_json:
+        args.save_json = str(writable_file("--save-json", args.save_json))
+    if args.plot:
+        args.plot = str(writable_file("--plot", args.plot, _plot_types()))
+    if args.calibrate:
+        if not args.threshold > 0:
+            raise UsageError(f"--threshold {args.threshold}: must be a positive aten/override time ratio (e.g. 1.0)")
+        writable_file("--output", args.output)
+    return dtypes, ops
+
+
+def _plot_types() -> tuple[str, ...]:
+    """The file types matplotlib can write; ``UsageError`` when it is missing."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
+    return tuple(Figure().canvas.get_supported_filetypes())
 
 
 def run(args: argparse.Namespace) -> int:
     from python_native.tools import bench
 
+    dtypes, ops = _check(args)
     try:
-        dtypes = bench.parse_dtypes(args.dtypes)
-        ops = bench.parse_ops(args.ops)
         device = bench.pick_device(args.quick or args.calibrate)
-    except (ValueError, RuntimeError) as e:
-        return _fail(str(e))
+    except RuntimeError as e:
+        raise UsageError(str(e)) from None
     if device == "cpu":
         import torch
 
         torch.set_num_threads(1)  # tiny interpreter shapes: a thread pool only adds contention noise
     if args.calibrate:
         return _calibrate(args, device, dtypes, ops)
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            return _fail("--plot needs matplotlib (pip install matplotlib)")
     env = bench.environment(device)
     bandwidth = None
     if device == "cuda":
@@ -89,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
         unfired = bench.plot(rows, args.plot)
         note = f"; {unfired} rows where no override fired drawn hollow, in grey ('aten ran')" if unfired else ""
         print(f"plot written to {args.plot}{note}", file=sys.stderr)
-    if rows and not any(r.fired for r in rows):
-        return _fail("no override fired in any row: nothing was measured but aten (are the overrides "
-                     "installed and switched on? see python -m python_native status)")
+    if rows and not any(r.fired for r in rows):  # after the rows: on stderr, whatever the format
+        report("bench", "no override fired in any row: nothing was measured but aten (are the overrides "
+               "installed and switched on? see python -m python_native status)", args.json, sys.stderr)
+        return 2
     return 0
 
 
@@ -106,33 +131,16 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
     from python_native.tools import bench
     from python_native.tools.bench.progress import Progress
 
-    if not args.threshold > 0:
-        return _fail(f"--threshold {args.threshold}: must be a positive aten/override time ratio (e.g. 1.0)")
     if device != "cuda" and not args.allow_interpreter:
-        return _fail("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
-                     "it through Triton's interpreter; its table says nothing about speed)")
-    if ops:  # --ops names torch-level functions; calibrate the aten ops behind them
-        symbols = {
-            "rms_norm": ["_fused_rms_norm", "_fused_rms_norm_backward"],
-            "layer_norm": ["native_layer_norm", "native_layer_norm_backward"],
-            "softmax": ["_softmax", "_softmax_backward_data"],
-            "log_softmax": ["_log_softmax", "_log_softmax_backward_data"],
-            "silu": ["silu", "silu_backward"], "gelu": ["gelu", "gelu_backward"],
-            "gelu_tanh": ["gelu", "gelu_backward"], "bmm_outer": ["bmm"],
-            "sum": ["sum.dim_IntList"], "sum_dim0": ["sum.dim_IntList"], "mean": ["mean.dim"], "prod": ["prod.dim_int"],
-            "amax": ["amax"], "amin": ["amin"], "argmax": ["argmax"], "argmin": ["argmin"], "max_dim": ["max.dim"],
-            "min_dim": ["min.dim"],
-            "topk": ["topk"], "scatter_add": ["scatter_add", "scatter_add_"], "index_add": ["index_add", "index_add_"],
-            "group_norm": ["native_group_norm", "native_group_norm_backward"],
-            "group_norm_cl": ["native_group_norm", "native_group_norm_backward"],
-            "dropout": ["native_dropout", "native_dropout_backward", "bernoulli_.float"],
-        }
-        ops = [symbol for op in ops for symbol in symbols[op]]
+        raise UsageError("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
+                         "it through Triton's interpreter; its table says nothing about speed)")
+    if ops:  # --op names benchmark rows; calibrate the aten ops behind them
+        ops = list(dict.fromkeys(symbol for op in ops for symbol in ROW_OPS[op]))
 
     target = Path(args.output).expanduser().parent if args.output else calibration.sources.user_dir()
     problem = calibration.store.unwritable(target)
     if problem is not None:
-        return _fail(f"cannot write a calibration table into {problem}; pass --output FILE to write it elsewhere")
+        raise UsageError(f"cannot write a calibration table into {problem}; pass --output FILE to write it elsewhere") from None
     steps = bench.calibration_steps(dtypes, args.quick, ops)
     bar = Progress(sum(len(dsls) for _, dsls, _, _ in steps), "calibrating", sys.stderr)
 
@@ -154,7 +162,7 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
         path = calibration.save_table(table, args.output)
     except OSError as e:
         where = args.output or calibration.sources.user_dir()
-        return _fail(f"cannot write the calibration table to {where} ({e}); pass --output FILE to write it elsewhere")
+        raise UsageError(f"cannot write the calibration table to {where} ({e}); pass --output FILE to write it elsewhere") from None
     losing = sum(not r["wins"] for r in table["rows"])
     print(f"calibration table for {table['device']!r} written to {path}: {len(table['rows'])} rows, "
           f"{losing} where aten is faster; calibrated in {elapsed:.1f} s")

@@ -10,11 +10,13 @@ interpreter against the op's minimum. ``--check`` exits non-zero on a finding th
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import subprocess
 import sys
+
+from python_native.tools.commands.names import for_rows, listed
+from python_native.tools.commands.usage import one_of
 
 HELP = "registers, spills, occupancy, waves and bytes per call of every Triton kernel at the benchmark shapes, " \
        "compiled for a GPU target without one"
@@ -24,32 +26,25 @@ DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default="sm_90a", help="target: sm_90a (H100, default), sm_80 (A100), sm_100a (B200)")
-    parser.add_argument("--op", action="append", metavar="NAME", help="only this benchmark op (repeatable), e.g. softmax")
-    parser.add_argument("--dtype", action="append", metavar="D", help="only this dtype (repeatable): " + ", ".join(DTYPE_NAMES))
+    parser.add_argument("--op", "--ops", dest="op", action="append", metavar="NAME",
+                        help="only this benchmark row (repeatable, or a comma list), e.g. softmax, or any op name the "
+                             "panel takes (_softmax, bmm), selecting the rows that reach it")
+    parser.add_argument("--dtype", "--dtypes", dest="dtype", action="append", metavar="D",
+                        help="only this dtype (repeatable, or a comma list): " + ", ".join(DTYPE_NAMES))
     parser.add_argument("--quick", action="store_true", help="bfloat16 only (unless --dtype says otherwise)")
     parser.add_argument("--no-bytes", action="store_true", help="skip counting bytes in the interpreter (compile figures only)")
     parser.add_argument("--check", action="store_true", help="exit 1 on a finding the exceptions file does not excuse")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _bad(option: str, values: list[str] | None, allowed: tuple[str, ...]) -> str | None:
-    wrong = [v for v in values or () if v not in allowed]
-    if not wrong:
-        return None
-    close = sorted({c for v in wrong for c in difflib.get_close_matches(v, allowed, n=2, cutoff=0.6)})
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    return f"{option} {', '.join(map(repr, wrong))} unknown; {hint}allowed: {', '.join(allowed)}"
-
-
 def run(args: argparse.Namespace) -> int:
     from python_native.tools.bench import rows
     from python_native.tools.kernel_report import arch
 
-    problem = (_bad("--arch", [args.arch], tuple(arch.ARCHS)) or _bad("--op", args.op, rows.OPS)
-               or _bad("--dtype", args.dtype, DTYPE_NAMES))
-    if problem:
-        print(f"inspect: {problem}", file=sys.stderr)
-        return 2
+    args.dtype = listed(args.dtype) or None
+    one_of("--arch", [args.arch], tuple(arch.ARCHS))
+    one_of("--dtype", args.dtype, DTYPE_NAMES)
+    args.op = for_rows("--op", rows.OPS).resolve(args.op)
     from python_native.foundations import env
 
     if not (env.triton_interpret() and env.triton_runtime_interprets()):

@@ -6,6 +6,8 @@ modules declare (op x dtype x size class) is compiled for ``--arch`` without a G
 call on a GPU machine loads a binary instead of compiling. A second run finds everything in the
 caches and says so (``"cached": true``). ``--arch``, ``--op``, ``--dtype`` and ``--size-class``
 are checked before anything is built; a bad value is answered in one line listing what is allowed.
+``--cache-dir DIR`` holds both: the kernels in DIR, the front in DIR/front, as
+``PYTHON_NATIVE_CACHE_DIR=DIR`` would place them (later processes find them with that variable set).
 Everything is written under the trust rules (``python_native.foundations.trust``): into folders
 that are the user's (or root's) and writable by nobody else, through fresh temporary files and
 renames that follow no planted link, each with its manifest. A cache folder that fails the rules
@@ -15,10 +17,13 @@ is refused before anything is compiled, and so is a run under ``PYTHON_NATIVE_DI
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
+
+from python_native.foundations import env
+from python_native.tools.commands.names import for_ops, listed
+from python_native.tools.commands.usage import UsageError, one_of, writable_folder
 
 HELP = "build the compiled dispatch front and the CuTe DSL kernels ahead of time (no GPU needed)"
 
@@ -29,21 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dsl", choices=TARGETS, default="all",
                         help="what to build: the compiled dispatch front, the CuTe DSL kernels, or both (default)")
     parser.add_argument("--arch", default="sm_90a", help="target GPU architecture, e.g. sm_90a (H100) or sm_80")
-    parser.add_argument("--op", action="append", help="only this aten op (repeatable), e.g. _fused_rms_norm")
-    parser.add_argument("--dtype", action="append", help="only this dtype (repeatable): float32, float16, bfloat16")
-    parser.add_argument("--size-class", action="append", help="only this size class (repeatable): short, medium, long")
-    parser.add_argument("--cache-dir", help="cache folder (default: $PYTHON_NATIVE_CACHE_DIR or the user cache dir)")
+    parser.add_argument("--op", "--ops", dest="op", action="append", metavar="NAME",
+                        help="only this op's kernels (repeatable, or a comma list): a public name (rms_norm) or an aten "
+                             "forward's name (_fused_rms_norm) covers the forward and its backward, a backward's name "
+                             "just that")
+    parser.add_argument("--dtype", action="append", help="only this dtype (repeatable, or a comma list): float32, float16, bfloat16")
+    parser.add_argument("--size-class", action="append",
+                        help="only this size class (repeatable, or a comma list): short, medium, long")
+    parser.add_argument("--cache-dir", help="cache folder of every build: kernels in it, the front in its front/ "
+                        "(default: $PYTHON_NATIVE_CACHE_DIR or the user cache dir)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _bad(option: str, values: list[str] | None, allowed: list[str]) -> str | None:
-    """One line naming the values of ``option`` that are not ``allowed``, with close matches; None when all are."""
-    wrong = [v for v in values or () if v not in allowed]
-    if not wrong or not allowed:
-        return None
-    close = sorted({c for v in wrong for c in difflib.get_close_matches(v, allowed, n=2, cutoff=0.6)})
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    return f"{option} {', '.join(map(repr, wrong))} unknown; {hint}allowed: {', '.join(allowed)}"
 
 
 def _selected(entries: list, args: argparse.Namespace) -> list:
@@ -55,11 +55,6 @@ def _selected(entries: list, args: argparse.Namespace) -> list:
         )
 
     return [e for e in entries if keep(*e)]
-
-
-def _fail(message: str) -> int:
-    print(f"precompile: {message}", file=sys.stderr)
-    return 2
 
 
 def _build_front(args: argparse.Namespace) -> tuple[dict, int]:
@@ -76,34 +71,47 @@ def _build_front(args: argparse.Namespace) -> tuple[dict, int]:
             f"cached at {result['library']}" if result["cached"] else f"built in {result['seconds']} s: {result['library']}"
         )
         print(f"compiled dispatch front: {state}")
+        if args.cache_dir and not failed:
+            print(f"  (processes use it with {env.CACHE_DIR[0]}={args.cache_dir} set)")
     return result, failed
 
 
-def _kernel_entries(args: argparse.Namespace) -> tuple[list | None, str | None]:
-    """The CuTe DSL specializations to build (None when CuTe DSL is not installed), or why the options are bad."""
+def _kernel_entries(args: argparse.Namespace) -> list | None:
+    """The CuTe DSL specializations to build (None when CuTe DSL is not installed); ``UsageError``
+    naming a bad option."""
     from python_native_dsls import cutedsl
 
     if cutedsl._install_problem() is not None:
-        return None, None
+        return None
     # Compiling needs no device; hiding devices keeps the compiler from probing one.
     os.environ.setdefault("CUTE_DSL_ARCH", args.arch)
     from python_native_dsls.cutedsl.kernels import compiler
     from python_native_dsls.cutedsl.ops import precompile_variants
 
     entries = precompile_variants()
-    for option, values, allowed in (
-        ("--arch", [args.arch], compiler.known_archs()),
-        ("--op", args.op, sorted({op for op, _, _ in entries})),
-        ("--dtype", args.dtype, sorted({v.dtype for _, _, v in entries})),
-        ("--size-class", args.size_class, list(dict.fromkeys(cls for _, cls, _ in entries))),
-    ):
-        bad = _bad(option, values, allowed)
-        if bad:
-            return [], bad
+    one_of("--arch", [args.arch], compiler.known_archs())
+    args.op = for_ops("--op", [op for op, _, _ in entries], "CuTe DSL specialization").resolve(args.op)
+    one_of("--dtype", args.dtype, sorted({v.dtype for _, _, v in entries}))
+    one_of("--size-class", args.size_class, list(dict.fromkeys(cls for _, cls, _ in entries)))
     entries = _selected(entries, args)
     if not entries:
-        return [], "no specialization matches the given --op/--dtype/--size-class filters together"
-    return entries, None
+        raise UsageError("no specialization matches the given --op/--dtype/--size-class filters together")
+    return entries
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Comma lists split; ``--cache-dir`` checked and put in force for every builder."""
+    args.dtype = listed(args.dtype) or None
+    args.size_class = listed(args.size_class) or None
+    chosen = [option for option, value in (("--op", args.op), ("--dtype", args.dtype), ("--size-class", args.size_class))
+              if value]
+    if args.dsl == "front" and chosen:
+        raise UsageError(f"{', '.join(chosen)} choose CuTe DSL kernels, and --dsl front builds none; "
+                         "use --dsl cutedsl or --dsl all")
+    if args.cache_dir is not None:
+        args.cache_dir = os.path.abspath(writable_folder("--cache-dir", args.cache_dir))
+        variable = env.CACHE_DIR[0]
+        os.environ[variable] = args.cache_dir  # where the front's build and the kernel cache look
 
 
 def _refused(args: argparse.Namespace) -> str | None:
@@ -123,14 +131,13 @@ def _refused(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check(args)
     refused = _refused(args)
     if refused:
-        return _fail(refused)
+        raise UsageError(refused)
     entries: list | None = []
     if args.dsl in ("all", "cutedsl"):
-        entries, bad = _kernel_entries(args)
-        if bad:
-            return _fail(bad)
+        entries = _kernel_entries(args)
     front, front_failed = _build_front(args) if args.dsl in ("all", "front") else (None, 0)
     if args.dsl == "front":
         if args.json:

@@ -13,8 +13,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import python_native  # noqa: F401  (mounts and registers the built-in DSLs)
+    from python_native.panel import snapshot
     from python_native.tools import report
 
     data = report.collect()
-    print(report.to_json(data) if args.json else report.render(data))
+    data["no_override_runs"] = snapshot.no_override_reason()  # the one thing to do when nothing can run
+    if args.json:
+        print(report.to_json(data))
+    else:
+        print(report.render(data))
+        if data["no_override_runs"]:
+            print(f"\nNo override can run in this process: {data['no_override_runs']}")
     return 0

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 import python_native as pn
-from python_native.foundations import env
+from python_native.foundations import env, public_names
 from python_native.panel import snapshot
 from python_native.tools.verify.compare import max_error, max_rel_error, mismatch
 from python_native.tools.verify.drivers import DRIVERS, FORWARD_OF
@@ -128,11 +128,15 @@ def _why_not_here(o) -> str | None:
     return None
 
 
-def verify(op: str | None = None, max_samples: int | None = 8, dtypes: Sequence[torch.dtype] = DTYPES) -> dict:
-    """Check the installed overrides (only ``op``'s and its backward's when given); returns the report."""
+def verify(op: str | Sequence[str] | None = None, max_samples: int | None = 8,
+           dtypes: Sequence[torch.dtype] = DTYPES) -> dict:
+    """Check the installed overrides (only ``op``'s and its backward's when given: one name or
+    several, public or aten, as the panel's switches take them); returns the report."""
     overrides = [o for o in pn.overrides() if o.derived_from is None]
     if op is not None:  # a name, qualified or bare (``sum`` names ``sum.dim_IntList``), and the backward of it
-        overrides = [o for o in overrides if op in (o.op, o.op.partition(".")[0], FORWARD_OF.get(o.op))]
+        wanted = {name for given in ([op] if isinstance(op, str) else op)
+                  for name in (given, *public_names.covered(given))}
+        overrides = [o for o in overrides if wanted & {o.op, o.op.partition(".")[0], FORWARD_OF.get(o.op)}]
         if not overrides:
             installed = sorted({o.op for o in pn.overrides()})
             hint = snapshot.interpreter_hint()
