@@ -1,12 +1,22 @@
-"""Launch plan of the elementwise kernels (activations): one flat launch over every element."""
+"""Launch plans of the pointwise kernels: one flat launch over dense operands, or tiles of rows
+over row views (each operand with its own row stride, the last dim contiguous)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
-from .tiles import ELEMENTWISE_BLOCK, cdiv
+from python_native_dsls.layout import Rows, as_rows
+
+from .layout import MAX_INDEX
+from .tiles import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, cdiv, next_power_of_2
+
+# Columns per program of the row kernels: blocks of a wide row (an MLP's 11008 or 14336 columns)
+# waste at most a few percent in their last, masked block; short rows are packed to a full tile.
+ROWS_BLOCK_N = 1024
+_MAX_GRID_Y = 65535  # CUDA's limit on the second grid axis (column blocks)
 
 
 class ElementwisePlan(NamedTuple):
@@ -23,3 +33,44 @@ def plan_elementwise(x: torch.Tensor, act: int, grad: torch.Tensor | None = None
     n = x.numel()
     grad_dtype = None if grad is None else grad.dtype
     return ElementwisePlan(n, (cdiv(n, ELEMENTWISE_BLOCK),), act, (x.dtype, grad_dtype, n, act))
+
+
+class RowsPlan(NamedTuple):
+    """Tiles of ``block_m`` rows by ``block_n`` columns over row views of the operands."""
+
+    n_rows: int
+    n_cols: int
+    strides: tuple[int, ...]  # each operand's row stride, in the order the op lists its operands
+    gated: bool  # act(x) * up (the second operand), else act(x)
+    act: int
+    grid: tuple[int, int]
+    block_m: int
+    block_n: int
+    num_warps: int
+    launch_key: tuple
+
+
+def unit_rows(t: torch.Tensor) -> Rows | None:
+    """``t`` as rows of its last dim with a contiguous last dim (any row stride), or None."""
+    r = as_rows(t, 1)
+    if r is None or r.n_rows == 0 or r.n_cols == 0 or (r.col_stride != 1 and r.n_cols != 1):
+        return None
+    return r
+
+
+def plan_rows(rows: Sequence[Rows], act: int, gated: bool, dtypes: tuple) -> RowsPlan | None:
+    """The tiles over operands of one shape seen as ``rows`` (same row and column counts), or None
+    where a column index or the grid would exceed the kernels' limits."""
+    n_rows, n_cols = rows[0].n_rows, rows[0].n_cols
+    if n_cols > MAX_INDEX or any(r.n_rows != n_rows or r.n_cols != n_cols for r in rows):
+        return None
+    block_n = min(next_power_of_2(n_cols), ROWS_BLOCK_N)
+    block_m = min(ELEMENTWISE_BLOCK // block_n, next_power_of_2(n_rows))
+    grid = (cdiv(n_rows, block_m), cdiv(n_cols, block_n))
+    if grid[1] > _MAX_GRID_Y:
+        return None
+    warps = max(1, min(ELEMENTWISE_WARPS, block_m * block_n // 512))
+    strides = tuple(r.row_stride for r in rows)
+    key = (dtypes, n_rows, n_cols, strides, act, gated)
+    return RowsPlan(n_rows, n_cols, strides, gated, act, grid, block_m, block_n, warps, key)
+
