@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", default="float32,float16,bfloat16", help="comma-separated (default: %(default)s)")
     parser.add_argument("--ops", default=None, help="comma-separated subset of: rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
                         "gelu_tanh, bmm_outer, group_norm, group_norm_cl, dropout, sum, sum_dim0, mean, prod, amax, "
-                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add")
+                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add, rms_norm_llama, "
+                        "rms_norm_gemma, swiglu, swiglu_chunked, geglu, rotary, gelu_tanh_formula, quick_gelu")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")
@@ -126,6 +127,10 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
             "group_norm": ["native_group_norm", "native_group_norm_backward"],
             "group_norm_cl": ["native_group_norm", "native_group_norm_backward"],
             "dropout": ["native_dropout", "native_dropout_backward", "bernoulli_.float"],
+            "rms_norm_llama": ["rms_norm", "rms_norm_backward"], "rms_norm_gemma": ["rms_norm", "rms_norm_backward"],
+            "swiglu": ["swiglu", "swiglu_backward"], "swiglu_chunked": ["swiglu", "swiglu_backward"],
+            "geglu": ["geglu", "geglu_backward"], "rotary": ["rotary", "rotary_backward"],
+            "gelu_tanh_formula": ["gelu_tanh", "gelu_tanh_backward"], "quick_gelu": ["quick_gelu", "quick_gelu_backward"],
         }
         ops = [symbol for op in ops for symbol in symbols[op]]
 
