@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from python_native.foundations import uncompiled
+from python_native.foundations import module_scope, uncompiled
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class TraceEvent:
     variant: str | None  # the override's variant that ran ("default" unless chosen), None on fallback
     thread: int
     reason: str | None = None  # why the fallback ran; None for an override
+    module: str | None = None  # qualified name of the patched module the call ran in (``module_scope``)
 
 
 class Trace:
@@ -74,11 +75,11 @@ class Trace:
         """The events as a table, one per line, in call order; at most ``limit`` (None: all)."""
         events = list(self.events)  # a snapshot: other threads may still append
         shown = events if limit is None or len(events) <= limit else events[:limit]
-        header = ("#", "op", "key", "outcome", "override", "reason")
+        header = ("#", "op", "key", "outcome", "override", "module", "reason")
         rows = [
             (str(i), e.op, e.dispatch_key, e.outcome,
              f"{e.override} [{e.variant}]" if e.variant not in (None, "default") else e.override or "-",
-             e.reason or "-")
+             e.module or "-", e.reason or "-")
             for i, e in enumerate(shown)
         ]
         widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
@@ -118,6 +119,6 @@ class TraceHub:
 
     @uncompiled.opaque
     def emit(self, template: tuple[str, str, str | None, str, str | None, str | None], reason: str | None = None) -> None:
-        event = TraceEvent(*template, thread=threading.get_ident(), reason=reason)
+        event = TraceEvent(*template, thread=threading.get_ident(), reason=reason, module=module_scope.current())
         for trace in self._open:
             trace.events.append(event)
