@@ -165,6 +165,16 @@ def test_gated_on_the_halves_of_a_fused_projection(name, dtype):
     _gated_check(name, gate, up)
 
 
+def test_gated_interleaved_halves_and_an_expanded_gradient():
+    gate_up = make(4, 2 * 19, requires_grad=False)
+    gate, up = gate_up[:, ::2], gate_up[:, 1::2]  # column stride 2
+    _gated_check("swiglu", gate, up)
+    dy = torch.ones((), device=DEVICE).expand(4, 19)  # what ``out.sum().backward()`` hands the backward
+    dg, du = gated.swiglu_backward_impl(dy, gate, up, plan=planned(gated.SWIGLU_BACKWARD, dy, gate, up))
+    torch.testing.assert_close(du, F.silu(gate))
+    torch.testing.assert_close(dg, torch.ops.aten.silu_backward(up.contiguous(), gate))
+
+
 def test_gated_separate_projections_and_a_row_slice():
     _gated_check("swiglu", make(5, 64, requires_grad=False), make(8, 64, requires_grad=False)[:5])
     _gated_check("geglu tanh", make(2, 3, 9, dtype=torch.bfloat16, requires_grad=False),
@@ -237,6 +247,17 @@ def test_rotary(layout, dtype):
           forward, backward)
 
 
+def test_rotary_backward_of_an_expanded_gradient():
+    q, k, cos, sin, dim = _rotary_inputs(ROTARY_LAYOUTS[0], torch.float32)
+    gq, gk = (torch.ones((), device=DEVICE).expand(t.shape) for t in (q, k))
+    dq, dk = rotary.rotary_backward_impl(gq, gk, cos, sin, dim,
+                                         plan=planned(rotary.ROTARY_BACKWARD, gq, gk, cos, sin, dim))
+    qq = q.detach().requires_grad_()
+    rotary_reference(qq, k, cos, sin, dim)[0].sum().backward()
+    torch.testing.assert_close(dq, qq.grad)
+    assert dk.shape == k.shape
+
+
 def test_rotary_keeps_the_layout_of_transposed_q():
     q, k, cos, sin, dim = _rotary_inputs(ROTARY_LAYOUTS[0], torch.float32)
     q_out, k_out = rotary.rotary_impl(q, k, cos, sin, dim)
@@ -247,10 +268,11 @@ def test_rotary_keeps_the_layout_of_transposed_q():
 
 def test_declines_name_the_reason():
     x = make(4, 20, requires_grad=False)
-    assert "not rows with a contiguous last dim" in gated.SWIGLU.explain(x[:, ::2], x[:, 1::2])
+    tangled = make(3, 4, 10, requires_grad=False).transpose(0, 1)  # leading dims that make no single row stride
+    assert "do not collapse to one row stride" in gated.SWIGLU.explain(tangled, tangled)
+    assert gated.SWIGLU.cond(tangled, tangled) is None
     assert "differs" in gated.SWIGLU.explain(x[:, :10], x[:, :10].double())
     assert "approximate='erf'" in gated.GEGLU.explain(x, x, "erf")
-    assert gated.SWIGLU.cond(x[:, ::2], x[:, 1::2]) is None
     assert "weight shape (19,)" in model_rms_norm.RMS_NORM.explain(x, x[0, :19], 1e-6, 0.0, False)
     assert "float64" in model_rms_norm.RMS_NORM.explain(x.double(), x[0].double(), 1e-6, 0.0, False)
     q = make(2, 3, 4, 6, requires_grad=False)
@@ -259,4 +281,4 @@ def test_declines_name_the_reason():
                                                          make(5, 6, requires_grad=False), 0)
     assert "float64" in model_activations.QUICK_GELU_FORWARD.explain(x.double())
     with pytest.raises(ValueError, match="cannot take this call"):
-        gated.swiglu_impl(x[:, ::2], x[:, 1::2])
+        gated.swiglu_impl(tangled, tangled)

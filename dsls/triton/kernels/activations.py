@@ -2,10 +2,11 @@
 forward and backward, computed in fp32.
 
 Two launch shapes. Dense operands that share one layout are processed as flat arrays, in large
-blocks so each thread moves several vectors per load. Row views (the last dim contiguous, the
-rows at any stride: the halves of ``gate_up.chunk(2, -1)``, a slice of a wider buffer) are
-processed as tiles of rows and column blocks, each operand with its own row stride; their
-outputs are contiguous. The gated kernels (SwiGLU, GeGLU) are the row kernels with ``GATED``:
+blocks so each thread moves several vectors per load. Row views (the rows at any stride: the
+halves of ``gate_up.chunk(2, -1)``, a slice of a wider buffer, an expanded gradient) are
+processed as tiles of rows and column blocks, each operand with its own row and column strides
+(a column stride of 1 is specialized on, so contiguous rows load as vectors); their outputs are
+contiguous. The gated kernels (SwiGLU, GeGLU) are the row kernels with ``GATED``:
 ``act(x) * u`` and its two gradients.
 """
 
@@ -102,27 +103,27 @@ def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _rows_fwd_kernel(
-    X, U, Y, n_rows, n_cols, stride_x, stride_u,
+    X, U, Y, n_rows, n_cols, stride_xm, stride_xn, stride_um, stride_un,
     ACT: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
-    x = tl.load(X + rows * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + rows * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
     y = act_value(x, ACT)
     if GATED:
-        y = y * tl.load(U + rows * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
+        y = y * tl.load(U + rows * stride_um + cols * stride_un, mask=mask, other=0.0).to(tl.float32)
     tl.store(Y + rows * n_cols + cols, cast_out(y, Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _rows_bwd_kernel(
-    DY, X, U, DX, DU, n_rows, n_cols, stride_dy, stride_x, stride_u,
+    DY, X, U, DX, DU, n_rows, n_cols, stride_dym, stride_dyn, stride_xm, stride_xn, stride_um, stride_un,
     ACT: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     rows, cols, mask = _tile(n_rows, n_cols, BLOCK_M, BLOCK_N)
-    dy = tl.load(DY + rows * stride_dy + cols, mask=mask, other=0.0).to(tl.float32)
-    x = tl.load(X + rows * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + rows * stride_dym + cols * stride_dyn, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + rows * stride_xm + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
     if GATED:
-        u = tl.load(U + rows * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
+        u = tl.load(U + rows * stride_um + cols * stride_un, mask=mask, other=0.0).to(tl.float32)
         tl.store(DU + rows * n_cols + cols, cast_out(dy * act_value(x, ACT), DU.dtype.element_ty), mask=mask)
         dy = dy * u
     tl.store(DX + rows * n_cols + cols, cast_out(dy * act_slope(x, ACT), DX.dtype.element_ty), mask=mask)
@@ -148,9 +149,9 @@ def run_forward(x: torch.Tensor, plan: ElementwisePlan | RowsPlan, up: torch.Ten
         _FWD.planned(plan.launch_key, plan.grid, (x, y, plan.n), ELEMENTWISE_WARPS, plan.act, ELEMENTWISE_BLOCK)
         return y
     y = _rows_out(x)
-    stride_u = plan.strides[1] if plan.gated else 0
+    strides = plan.strides if plan.gated else (*plan.strides, 0, 0)
     _ROWS_FWD.planned(
-        plan.launch_key, plan.grid, (x, x if up is None else up, y, plan.n_rows, plan.n_cols, plan.strides[0], stride_u),
+        plan.launch_key, plan.grid, (x, x if up is None else up, y, plan.n_rows, plan.n_cols, *strides),
         plan.num_warps, plan.act, plan.gated, plan.block_m, plan.block_n,
     )
     return y
@@ -160,7 +161,7 @@ def run_backward(
     dy: torch.Tensor, x: torch.Tensor, plan: ElementwisePlan | RowsPlan, up: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``dy * act'(x)``; a gated plan returns ``(dy * up * act'(x), dy * act(x))``. A row plan's
-    strides are ``(x, [up,] dy)``."""
+    strides are ``(x's row and column strides, [up's,] dy's)``."""
     if plan.__class__ is ElementwisePlan:
         dx = torch.empty_like(x)
         _BWD.planned(plan.launch_key, plan.grid, (dy, x, dx, plan.n), ELEMENTWISE_WARPS, plan.act, ELEMENTWISE_BLOCK)
@@ -168,10 +169,10 @@ def run_backward(
     dx = _rows_out(x)
     du = _rows_out(up) if plan.gated else dx
     strides = plan.strides
-    stride_u = strides[1] if plan.gated else 0
+    x_strides, u_strides = strides[:2], (strides[2:4] if plan.gated else (0, 0))
     _ROWS_BWD.planned(
         plan.launch_key, plan.grid,
-        (dy, x, x if up is None else up, dx, du, plan.n_rows, plan.n_cols, strides[-1], strides[0], stride_u),
+        (dy, x, x if up is None else up, dx, du, plan.n_rows, plan.n_cols, *strides[-2:], *x_strides, *u_strides),
         plan.num_warps, plan.act, plan.gated, plan.block_m, plan.block_n,
     )
     return (dx, du) if plan.gated else dx

@@ -15,11 +15,15 @@ from types import ModuleType
 import torch
 
 from python_native.foundations.speckey import MISSING, SpecializationCache
-from python_native_dsls.layout import FLOAT_DTYPES
 from python_native_dsls.spec import OverrideSpec, runtime_import
 
-from ..plans.elementwise import ElementwisePlan, RowsPlan, plan_elementwise, plan_rows, unit_rows
-from ..plans.layout import dense_like, fits_index, on_backend
+from ..plans.elementwise import (
+    ElementwisePlan,
+    RowsPlan,
+    plan_elementwise,
+    pointwise_backward_plan,
+    pointwise_plan,
+)
 from ..target import DSL_NAME
 from . import why
 
@@ -42,25 +46,11 @@ Plan = ElementwisePlan | RowsPlan
 
 
 def _forward_plan(x: Tensor, act: int) -> Plan | None:
-    if not (on_backend(x) and x.dtype in FLOAT_DTYPES and fits_index(x)):
-        return None
-    if dense_like(x):
-        return plan_elementwise(x, act)
-    rows = unit_rows(x)
-    return None if rows is None else plan_rows((rows,), act, False, (x.dtype,))
+    return pointwise_plan(x, act, unit=True)
 
 
 def _backward_plan(grad: Tensor, x: Tensor, act: int) -> Plan | None:
-    if not (on_backend(x, grad) and x.dtype in FLOAT_DTYPES and grad.dtype == x.dtype and fits_index(x)):
-        return None
-    if dense_like(x, grad):
-        return plan_elementwise(x, act, grad)
-    if grad.shape != x.shape:
-        return None
-    x_rows, grad_rows = unit_rows(x), unit_rows(grad)
-    if x_rows is None or grad_rows is None:
-        return None
-    return plan_rows((x_rows, grad_rows), act, False, (x.dtype, grad.dtype))
+    return pointwise_backward_plan(grad, x, act, unit=True)
 
 
 _FORWARD_PLANS: SpecializationCache[Plan | None] = SpecializationCache(_forward_plan, 4096)
@@ -144,11 +134,11 @@ def gelu_backward_impl(
 
 
 def silu_explain(self: Tensor) -> str | None:
-    return why.elementwise(self, rows_ok=True)
+    return why.elementwise(self, rows="unit")
 
 
 def silu_backward_explain(grad_output: Tensor, self: Tensor) -> str | None:
-    return why.elementwise(self, grad_output, rows_ok=True)
+    return why.elementwise(self, grad_output, rows="unit")
 
 
 def _mode(approximate: str) -> str | None:
@@ -156,11 +146,11 @@ def _mode(approximate: str) -> str | None:
 
 
 def gelu_explain(self: Tensor, *, approximate: str) -> str | None:
-    return _mode(approximate) or why.elementwise(self, rows_ok=True)
+    return _mode(approximate) or why.elementwise(self, rows="unit")
 
 
 def gelu_backward_explain(grad_output: Tensor, self: Tensor, *, approximate: str) -> str | None:
-    return _mode(approximate) or why.elementwise(self, grad_output, rows_ok=True)
+    return _mode(approximate) or why.elementwise(self, grad_output, rows="unit")
 
 
 OVERRIDES = [

@@ -2,9 +2,9 @@
 
 The op is declared by ``python_native.ops``; these overrides shadow its reference at the backend
 key with the row-tiled activation kernels (``GATED``): one read of each operand, one write of
-each result, fp32 math. ``gate`` and ``up`` may be row views at any row stride, the last dim
-contiguous: the two halves of a fused projection's ``gate_up.chunk(2, -1)`` are taken as they
-are, never copied. Results are contiguous.
+each result, fp32 math. ``gate`` and ``up`` (and a backward's gradient) may be row views at any
+strides: the two halves of a fused projection's ``gate_up.chunk(2, -1)`` are taken as they are,
+never copied, and so is an expanded gradient. Results are contiguous.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from types import ModuleType
 
 import torch
 
+from python_native.ops import gated_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.spec import runtime_import
 
 from ..plans.elementwise import RowsPlan, plan_rows, unit_rows
@@ -44,7 +45,7 @@ def _gated(act: int | None, approximate: str, *named: tuple[str, Tensor]) -> Row
     if found:
         return found
     tensors = [t for _, t in named]
-    plan = plan_rows(tuple(unit_rows(t) for t in tensors), act, True, tuple(t.dtype for t in tensors))
+    plan = plan_rows(tuple(unit_rows(t, unit=False) for t in tensors), act, True, tuple(t.dtype for t in tensors))
     return plan or f"rows of {tensors[0].shape[-1]} columns exceed the kernels' grid"
 
 

@@ -3,7 +3,8 @@
 The ops are declared by ``python_native.ops``: the hand-written activations of model code (GPT-2's
 tanh-GELU formula, CLIP's ``x * sigmoid(1.702 * x)``), which otherwise run as several pointwise
 aten calls. These overrides run them on the activation kernels of ``silu`` and ``gelu``, with the
-same layouts: dense ones keep their layout, row views give contiguous results.
+layouts of ``silu``'s, and more: dense ones keep their layout, row views at any strides (an
+expanded gradient among them) give contiguous results.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from types import ModuleType
 
 import torch
 
+from python_native.ops import activation_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.spec import runtime_import
 
+from ..plans.elementwise import pointwise_backward_plan, pointwise_plan
 from ..target import DSL_NAME
 from . import why
-from .activations import Plan, backward_plan, forward_plan
+from .activations import Plan
 from .planned import PlanOrReason, declared_spec
 
 Tensor = torch.Tensor
@@ -36,12 +39,16 @@ def _kernels() -> ModuleType:
 
 
 def _forward(act: int, x: Tensor) -> Plan | str:
-    return forward_plan(x, act) or why.elementwise(x, rows_ok=True) or "rows too wide for the kernels' grid"
+    return pointwise_plan(x, act, unit=False) or why.elementwise(x, rows="any") or "rows too wide for the kernels' grid"
 
 
 def _backward(act: int, grad_output: Tensor, x: Tensor) -> Plan | str:
-    return (backward_plan(grad_output, x, act) or why.elementwise(x, grad_output, rows_ok=True)
-            or f"grad shape {tuple(grad_output.shape)} differs from the input's {tuple(x.shape)}")
+    plan = pointwise_backward_plan(grad_output, x, act, unit=False)
+    if plan is not None:
+        return plan
+    if grad_output.shape != x.shape:
+        return f"grad_output shape {tuple(grad_output.shape)} differs from the input's {tuple(x.shape)}"
+    return why.elementwise(x, grad_output, rows="any") or "rows too wide for the kernels' grid"
 
 
 GELU_TANH_FORWARD = PlanOrReason(functools.partial(_forward, GELU_TANH))

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from python_native.ops import rms_norm_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.layout import Rows, as_rows
 from python_native_dsls.spec import runtime_import
 

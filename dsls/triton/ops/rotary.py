@@ -4,8 +4,8 @@ The op is declared by ``python_native.ops``; these overrides shadow its referenc
 pointwise aten calls per tensor, and the ``rotate_half`` concatenation) with one launch that
 rotates q and k together, cos and sin read once per position however many heads share them
 (``plans.rotary``). Any ``unsqueeze_dim`` whose broadcast fits q is taken, q and k at any
-strides with a contiguous head dim (q and k transposed from ``(batch, seq, heads, dim)`` views,
-as attention modules make them). Dense results keep their operand's layout; others are
+strides (transposed from ``(batch, seq, heads, dim)`` views, as attention modules make them, or
+slices of wider heads). Dense results keep their operand's layout; others are
 contiguous. cos and sin take no gradient here: the op's autograd computes theirs in plain torch.
 """
 
@@ -16,6 +16,7 @@ from types import ModuleType
 
 import torch
 
+from python_native.ops import rotary_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.spec import runtime_import
 
 from ..plans.layout import dense_like

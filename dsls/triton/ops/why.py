@@ -103,9 +103,10 @@ def stats(stat: torch.Tensor, what: str, x: torch.Tensor, n_rows: int) -> str | 
     return None if stat.is_contiguous() else f"{what} is not contiguous"
 
 
-def elementwise(x: torch.Tensor, *others: torch.Tensor, rows_ok: bool = False) -> str | None:
-    """A flat elementwise launch the kernels cannot take (dtype, size, layout); ``rows_ok``: the
-    kernels also take row views with a contiguous last dim (each operand at its own row stride)."""
+def elementwise(x: torch.Tensor, *others: torch.Tensor, rows: str | None = None) -> str | None:
+    """A flat elementwise launch the kernels cannot take (dtype, size, layout); ``rows``: the
+    kernels also take row views, each operand at its own strides (``"unit"``: with a contiguous
+    last dim; ``"any"``: any column stride)."""
     why = device(x, *others) or dtype(x)
     if why:
         return why
@@ -118,10 +119,12 @@ def elementwise(x: torch.Tensor, *others: torch.Tensor, rows_ok: bool = False) -
         return f"{x.numel()} elements exceed int32 indexing"
     if dense_like(x, *others):
         return None
-    if rows_ok and all(o.shape == x.shape for o in others):
-        if all(unit_rows(t) is not None for t in (x, *others)):
+    if rows and all(o.shape == x.shape for o in others):
+        if all(unit_rows(t, rows == "unit") is not None for t in (x, *others)):
             return None
-        return "layout: neither dense nor rows with a contiguous last dim"
+        if rows == "unit":
+            return "layout: neither dense nor rows with a contiguous last dim"
+        return "layout: the leading dims do not collapse to one row stride"
     if others:
         return "layout: operands differ in shape or strides, or are not dense"
     return "layout: not dense (a broadcast or gappy view)"
@@ -129,7 +132,7 @@ def elementwise(x: torch.Tensor, *others: torch.Tensor, rows_ok: bool = False) -
 
 def pointwise(*named: tuple[str, torch.Tensor]) -> str | None:
     """Operands of one shape and dtype that the row-tiled pointwise kernels cannot take: device,
-    dtype, shape, emptiness, or a layout that is not rows with a contiguous last dim."""
+    dtype, shape, emptiness, or leading dims that do not collapse to one row stride."""
     (first_name, first), *others = named
     found = device(*(t for _, t in named)) or dtype(first, f"{first_name} dtype")
     if found:
@@ -142,6 +145,6 @@ def pointwise(*named: tuple[str, torch.Tensor]) -> str | None:
     if first.numel() == 0:
         return "empty input"
     for what, t in named:
-        if unit_rows(t) is None:
-            return f"layout: {what} (strides {tuple(t.stride())}) is not rows with a contiguous last dim"
+        if unit_rows(t, unit=False) is None:
+            return f"layout: the leading dims of {what} (strides {tuple(t.stride())}) do not collapse to one row stride"
     return None

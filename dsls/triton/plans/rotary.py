@@ -5,8 +5,8 @@ varies along (positions: batch and sequence) and the dims it is broadcast over (
 batch that shares one set of positions). A program takes one position, loads its cos and sin
 rows once, and rotates every head of q and then of k at that position, in tiles of heads by
 half the head dim: cos and sin are read once, q and k once, the results written once.
-Positions and heads may each span up to two dims at any strides; the last dim of every operand
-must be contiguous.
+Positions and heads may each span up to two dims; every operand may have any strides (an
+expanded gradient too).
 """
 
 from __future__ import annotations
@@ -81,8 +81,6 @@ def plan_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
         return (f"head dims q {width}, k {k.shape[-1]}, cos {cos.shape[-1]}: they must be equal and even")
     if cos.shape != sin.shape or cos.stride() != sin.stride():
         return "cos and sin differ in shape or strides"
-    if any(t.stride(-1) != 1 for t in (q, k, cos)):
-        return "the last dim of q, k, cos and sin must be contiguous"
     broadcast = _broadcast_strides(cos, unsqueeze_dim, q.shape)
     if isinstance(broadcast, str):
         return broadcast
@@ -102,7 +100,7 @@ def plan_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.
         pn1, *[s for pair in per_position for s in pair],
         q_heads[0] * q_heads[1], q_heads[1], *_two(heads, q.stride(), 0), *_two(heads, q_out, 0),
         k_heads[0] * k_heads[1], k_heads[1], *_two(heads, k.stride(), 0), *_two(heads, k_out, 0),
-        width // 2,
+        width // 2, q.stride(-1), q_out[-1], k.stride(-1), k_out[-1], c_strides[-1],
     )
     block_half = next_power_of_2(width // 2)
     rows = max(1, _TILE // (2 * block_half))
