@@ -19,7 +19,7 @@ import torch.nn.functional as F
 EPS = 1e-6
 # op -> (quick shapes, full shapes); rotary's shape is (batch, seq, q heads, k heads, head dim).
 SHAPES: dict[str, tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = {
-    "rms_norm_llama": ([(4, 64)], [(16384, 4096), (8192, 8192), (262144, 128)]),
+    "rms_norm_llama": ([(4, 64)], [(16384, 4096), (8192, 8192), (4096, 16384), (262144, 128)]),
     "rms_norm_gemma": ([(4, 64)], [(16384, 4096), (262144, 128)]),
     "swiglu": ([(4, 64)], [(8192, 11008), (4096, 14336)]),
     "swiglu_chunked": ([(4, 64)], [(8192, 11008), (4096, 14336)]),

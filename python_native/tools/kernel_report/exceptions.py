@@ -71,6 +71,21 @@ EXCEPTIONS: tuple[Excuse, ...] = (
         cost="1.20x at k=50, 2.12x at k=256 (keys of 64 and 256 per chunk against a 250 KB row)",
     ),
     Excuse(
+        "traffic", "rms_norm_backward", label="rms_norm_llama fwd+bwd 4096x16384",
+        reason="rows wider than NORM_BWD_REGISTER_MAX (8192) are streamed: a row-sums pass reads x and dy (and "
+               "recomputes rstd, which python_native::rms_norm does not keep), the column strips read both again; "
+               "the strip grid (64 strips x 4 row groups at 16384 columns) leaves SMs a quarter full, to be timed "
+               "on a GPU against the reference before a wider register path is worth writing",
+        cost="1.67x: x and dy read twice (674 MB moved against 403 MB)",
+    ),
+    Excuse(
+        "warps", "_norm_bwd_cols_kernel", label="rms_norm_llama fwd+bwd 4096x16384",
+        reason="the Llama casting rule rounds the normalized rows to the input's dtype for the weight gradient: "
+               "72 registers a thread at 4 warps; with 256 programs on 132 SMs the grid, not the registers, "
+               "bounds the warps an SM holds",
+        cost="28 resident warps per SM (72 registers per thread)",
+    ),
+    Excuse(
         "unmeasured", "_topk_kernel",
         reason="the merge passes read x at the columns the first pass's keys name; with launches recorded, not "
                "run, those keys are not real and the count strays outside x (the first pass is counted)",
