@@ -62,6 +62,12 @@ def _reference(twin: nn.Module, eps: float, offset: float, in_fp32: bool):
     return lambda x: rms_norm_op.OP(x, twin.weight, eps, offset, in_fp32)
 
 
+def _confirmed(forward, twin: nn.Module, candidate, x: torch.Tensor) -> frozenset:
+    """The input dtypes for which ``candidate`` computes what the module's forward computes."""
+    return frozenset(dt for dt in DTYPES if probe.same(probe.attempt(forward, twin, x.to(dt)),
+                                                       probe.attempt(candidate, x.to(dt))))
+
+
 def match_rms_norm(module: nn.Module) -> NormPlan | LeftAlone | None:
     weight = _one_weight(module)
     if weight is None or _is_torch_module(module) or not probe.one_tensor_forward(module):
@@ -76,12 +82,12 @@ def match_rms_norm(module: nn.Module) -> NormPlan | LeftAlone | None:
     if not all(isinstance(w, torch.Tensor) for w in wanted):
         return None
     for eps in _eps_candidates(module):
-        for offset, in_fp32 in MODES:
-            candidate = _reference(twin, eps, offset, in_fp32)
-            if all(probe.same(w, probe.attempt(candidate, x)) for w, x in zip(wanted, probes, strict=True)):
-                dtypes = frozenset(dt for dt in DTYPES if probe.same(probe.attempt(forward, twin, probes[0].to(dt)),
-                                                                     probe.attempt(candidate, probes[0].to(dt))))
-                return NormPlan(eps, offset, in_fp32, dtypes)
+        plans = [NormPlan(eps, offset, in_fp32, _confirmed(forward, twin, _reference(twin, eps, offset, in_fp32), probes[0]))
+                 for offset, in_fp32 in MODES
+                 if all(probe.same(w, probe.attempt(_reference(twin, eps, offset, in_fp32), x))
+                        for w, x in zip(wanted, probes, strict=True))]
+        if plans:  # modes that agree in fp32 may part in half precision: the one confirmed for most dtypes
+            return max(plans, key=lambda plan: len(plan.dtypes))
     if probe.close(wanted[0], F.rms_norm(probes[0], (size,), twin.weight.float(), _eps_candidates(module)[0])):
         return LeftAlone("an RMSNorm, but no casting mode of rms_norm reproduces it bit for bit")
     return None
