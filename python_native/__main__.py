@@ -20,6 +20,7 @@ COMMANDS = {
     "precompile": "precompile",
     "inspect": "inspect",
     "verify": "verify",
+    "reach": "reach",
 }
 
 
