@@ -128,6 +128,15 @@ def test_rms_norm_head_dim_of_4d_q():
                     make(16, dtype=torch.bfloat16, requires_grad=False), 1.0, True)
 
 
+def test_rms_norm_of_transposed_q():
+    """Gemma 3 normalizes q after the transpose to (batch, heads, seq, head_dim): rows collapse only
+    with the heads and seq dims swapped back; the result keeps q's layout."""
+    q = make(2, 5, 4, 16, dtype=torch.bfloat16, requires_grad=False).transpose(1, 2)
+    w = make(16, dtype=torch.bfloat16, requires_grad=False, scale=0.1)
+    _rms_norm_check(q, w, 1.0, True)
+    assert model_rms_norm.rms_norm_impl(q, w, 1e-6, 1.0, True).stride() == q.stride()
+
+
 def test_rms_norm_streamed_backward(monkeypatch):
     paths = lower_register_max(monkeypatch, 64)
     x = make(5, 200, requires_grad=False)
