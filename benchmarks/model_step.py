@@ -16,7 +16,7 @@ attention), and one step is its forward with labels and the backward (no optimiz
 - *Liger-Kernel*: after ``apply_liger_kernel_to_llama(model=model)``, where Liger-Kernel is
   installed and the device is a GPU. It runs last: it patches transformers' classes for the process.
 
-Time is the median of ``--repeat`` steps after two warm-up steps (CUDA events around each step on
+Time is the median of ``--repeat`` steps after warm-up steps (CUDA events around each step on
 a GPU); peak memory is the most the step allocates at once above what the model holds before it
 (``python_native.tools.bench.memory``). Ratios are against *unpatched*, measured in the same run.
 """
@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
 import python_native as pn
 from python_native.tools.bench.memory import peak_bytes
+from python_native.tools.bench.timing import cpu_timer, gpu_throughput_timer
 
 
 def parse() -> argparse.Namespace:
@@ -92,26 +91,6 @@ def variants(args: argparse.Namespace) -> dict[str, Callable[[torch.nn.Module], 
     return out
 
 
-def timed(step: Callable[[], object], device: str, repeat: int) -> float:
-    """Median milliseconds of ``step()`` after two warm-up steps."""
-    step()
-    step()
-    samples = []
-    for _ in range(repeat):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            begin = time.perf_counter()
-            step()
-            samples.append((time.perf_counter() - begin) * 1e3)
-    return statistics.median(samples)
-
-
 def measure(args: argparse.Namespace, prepare: Callable[[torch.nn.Module], None]) -> tuple[int, float]:
     model = build(args)
     prepare(model)
@@ -125,7 +104,10 @@ def measure(args: argparse.Namespace, prepare: Callable[[torch.nn.Module], None]
     step()  # the first launches and the allocator's pools
     model.zero_grad(set_to_none=True)
     peak = peak_bytes(step, args.device)
-    ms = timed(step, args.device, args.repeat)
+    # One step per sample (a step is far longer than a launch), the median of --repeat samples.
+    timer = gpu_throughput_timer(loops=args.repeat, budget_ms=0.0) if args.device == "cuda" else cpu_timer(args.repeat)
+    step()
+    ms = timer(step, [])
     return peak, ms
 
 
@@ -158,10 +140,18 @@ def main() -> None:
         rows.append((label, peak, ms))
     if not rows or rows[0][0] != "unpatched":
         raise SystemExit("the unpatched model failed: no baseline to compare with")
-    base_peak, base_ms = rows[0][1], rows[0][2]
-    print(f"{'variant':<14} {'step ms':>10} {'vs unpatched':>13} {'peak MiB':>10} {'vs unpatched':>13}")
-    for label, peak, ms in rows:
-        print(f"{label:<14} {ms:>10.1f} {ms / base_ms:>12.2f}x {peak / 2**20:>10.1f} {peak / base_peak:>12.2f}x")
+    print(ratio_table(rows))
+
+
+def ratio_table(rows: list[tuple[str, int, float]]) -> str:
+    """(variant, peak bytes, step ms) rows, each with its ratios against the first (unpatched)."""
+    _, base_peak, base_ms = rows[0]
+    cells = [("variant", "step ms", "vs unpatched", "peak MiB", "vs unpatched")]
+    cells += [(label, f"{ms:.1f}", f"{ms / base_ms:.2f}x", f"{peak / 2**20:.1f}", f"{peak / base_peak:.2f}x")
+              for label, peak, ms in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+                     for row in cells)
 
 
 if __name__ == "__main__":
