@@ -54,10 +54,6 @@ class PatchReport:
     def left_alone(self) -> list[PatchEntry]:
         return [e for e in self.entries if e.status == "left alone"]
 
-    def rule_of(self) -> dict[str, tuple[str, str]]:
-        """Each module's qualified name -> (rule, status) for module rules."""
-        return {m: (e.rule, e.status) for e in self.entries if e.kind == "module" for m in e.modules}
-
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "entries": [dataclasses.asdict(e) | {"instances": e.instances} for e in self.entries]}
 

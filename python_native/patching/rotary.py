@@ -70,6 +70,9 @@ def match_rotary(function: Callable[..., Any]) -> RotaryPlan | LeftAlone | None:
     if not probe.same(wanted, rotary_op.OP(q, k, cos, sin, 1)):
         if probe.close(wanted, rotary_op.OP(q, k, cos, sin, 1)):
             return LeftAlone("a rotary embedding computed in another order or precision: rotary would change its results")
+        if all(isinstance(w, torch.Tensor) for w in wanted) and (wanted[0].shape, wanted[1].shape) == (q.shape, k.shape):
+            return LeftAlone("rotates q and k another way than rotary (interleaved pairs, part of the head dim, "
+                             "or tables laid out otherwise): rotary would change its results")
         return None
     if "unsqueeze_dim" in defaults:
         qt, kt, cos, sin = _probe(torch.float32, 2)
