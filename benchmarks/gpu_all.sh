@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
 #   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
-# Steps (default: all, in this order): tests host calibrate bench lce; also: probe, portable.
+# Steps (default: all, in this order): tests host calibrate bench lce model; also: probe, portable.
 #   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
 #   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
 #              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
@@ -12,8 +12,10 @@
 #   portable   python -m python_native bench --dtypes bfloat16 under the portable policy (tables ignored)
 #   lce        the fused linear cross-entropy against the unfused path (and Liger-Kernel's), peak memory and time
 #              for an LLM head (benchmarks/linear_cross_entropy.py)
+#   model      one training step of a Llama-shaped stack, unpatched, pn.patch-ed and with Liger-Kernel's
+#              patch: step time and peak memory (benchmarks/model_step.py)
 # Wheels under .whl/ (Liger-Kernel, ...) are installed into /tmp/site first.
-# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S, LCE_S.
+# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S, LCE_S, MODEL_S.
 # BENCH_ARGS adds options to the bench step (e.g. "--dtypes bfloat16 --no-inductor").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 \
     || echo "note: the editable install failed; tests that start a fresh 'import torch' will fail"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench lce)
+[ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench lce model)
 table="$OUT/calibration.json"
 
 for step in "${steps[@]}"; do
@@ -64,6 +66,8 @@ for step in "${steps[@]}"; do
             --save-json "$OUT/bench_portable.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_portable.txt" ;;
     lce)
         timeout "${LCE_S:-240}" python3 benchmarks/linear_cross_entropy.py 2>&1 | tee "$OUT/lce.txt" ;;
+    model)
+        timeout "${MODEL_S:-300}" python3 benchmarks/model_step.py 2>&1 | tee "$OUT/model.txt" ;;
     *) echo "unknown step $step" ;;
     esac
 done

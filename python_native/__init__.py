@@ -57,6 +57,17 @@ from python_native.panel.controller import (
     op_targets,
 )
 from python_native.panel.filter_state import FILTER_STATE as _FILTER_STATE
+from python_native.patching import (
+    LeftAlone,
+    PatchReport,
+    PatchRule,
+    patch,
+    patch_rules,
+    patched,
+    register_patch_rule,
+    unpatch,
+)
+from python_native.patching.reach import ReachReport, reach
 
 __version__ = "0.1.0"
 
@@ -87,6 +98,16 @@ __all__ = [
     "compile_mode_set",
     "decomposition_table",
     "linear_cross_entropy",
+    "patch",
+    "unpatch",
+    "patched",
+    "register_patch_rule",
+    "patch_rules",
+    "reach",
+    "PatchRule",
+    "PatchReport",
+    "LeftAlone",
+    "ReachReport",
     "set_override_variant",
     "get_override_variant",
     "override_variant",

@@ -209,3 +209,36 @@ def test_variants_add_a_cell_per_variant(capsys):
     assert rows and all(set(r["variants_ms"]) == {"split", "streamed"} for r in rows)
     assert all(ms > 0 for r in rows for ms in r["variants_ms"].values())
     assert "split" in bench.format_row(bench.Row(**rows[0]))
+
+
+def test_model_op_rows_fire_forward_and_backward(capsys):
+    """The declared ops' rows call torch.ops.python_native (the reference in the aten column)."""
+    ops = "rms_norm_gemma,swiglu_chunked,rotary"
+    assert main(["bench", "--quick", "--json", "--dtypes", "bfloat16", "--ops", ops]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["op"], r["mode"]) for r in rows] == [(op, mode) for op in ops.split(",") for mode in ("fwd", "fwd+bwd")]
+    assert all(r["fired"] for r in rows)
+    by_op = {(r["op"], r["mode"]): r for r in rows}
+    assert by_op["swiglu_chunked", "fwd+bwd"]["bytes"] == 2 * 4 * 64 * 8  # gate, up, dy read; y, dgate, dup written
+    b, s, h, kv, d = 1, 4, 2, 1, 16
+    assert by_op["rotary", "fwd"]["bytes"] == 2 * (2 * b * s * (h + kv) * d + 2 * b * s * d)
+    inputs = bench.make_inputs(bench.Case("rotary", "fwd+bwd", (b, s, h, kv, d), torch.float32), "cpu")
+    q = inputs.named["q"]
+    assert q.is_leaf and q.shape == (b, h, s, d) and q.transpose(1, 2).is_contiguous()
+    assert bench.rows.formula("rotary") is not None and bench.rows.formula("softmax") is None
+
+
+def test_calibration_measures_the_model_ops(tmp_path):
+    path = tmp_path / "table.json"
+    args = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "swiglu,rotary"]
+    assert main([*args, "--output", str(path)]) == 0
+    measured = not ON_GPU or env.unmeasured_allowed()
+    assert {r["op"] for r in calibration.load(path)["rows"]} == (
+        {"swiglu", "swiglu_backward", "rotary", "rotary_backward"} if measured else set())
+    from python_native.tools.bench.calibrating import DECLARED, _calibration_args, aten_op
+
+    x = torch.randn(4, 128, device=backend.device_type())
+    for symbol in sorted(DECLARED):
+        with pn.trace() as t:
+            aten_op(symbol)(*_calibration_args()[symbol](x, torch.randn_like(x)))
+        assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == symbol}, symbol

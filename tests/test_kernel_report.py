@@ -2,7 +2,7 @@
 their op's minimum bytes and leave an SM enough resident warps, or are listed with a reason in
 ``python_native/tools/kernel_report/exceptions.py``; and the checks find what they are meant to find.
 
-The suite covers the row ops in bfloat16 (the dtype of the LLM rows, whose launch configs the tuning
+The suite covers the row ops (and the gated and rotary kernels of the declared model ops) in bfloat16 (the dtype of the LLM rows, whose launch configs the tuning
 table chooses per dtype); ``python -m python_native inspect --check`` runs the full sweep.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from python_native.tools.kernel_report import arch, checks
 from python_native.tools.kernel_report.exceptions import Excuse
 
-ROW_OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu")
+ROW_OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "swiglu_chunked", "rotary")
 
 
 def _inspect(*argv: str) -> subprocess.CompletedProcess:

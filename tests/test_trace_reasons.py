@@ -193,7 +193,7 @@ def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
      "rows of width 70000 exceed the kernel's 16384"),
     ("native_layer_norm", lambda: torch.nn.functional.layer_norm(_randn(4, 8), (8,), torch.ones(16, device=DEVICE)[::2]),
      "weight is not contiguous"),
-    ("silu", lambda: torch.nn.functional.silu(_randn(4, 8)[:, ::2]), "layout: not dense"),
+    ("silu", lambda: torch.nn.functional.silu(_randn(4, 8)[:, ::2]), "layout: neither dense nor rows with a contiguous last dim"),
     ("gelu", lambda: torch.nn.functional.gelu(_randn(4, 8).double()), "dtype float64"),
     ("native_dropout", lambda: torch.ops.aten.native_dropout(_randn(4, 8, dtype=torch.float64), 0.5, True),
      "dtype float64"),

@@ -18,7 +18,10 @@ calibration, checked mode and compile modes apply unchanged.
 
 Names: ``pn.compile_mode = "keep"`` defines opaque twins of overridden aten ops in the same
 namespace under the aten ops' own names (``python_native::_softmax``). A declared op therefore
-takes a name no aten op has, and a twin whose name a declared op holds is never defined.
+takes a name no aten op has, and a twin whose name a declared op holds is never defined. The one
+exception is asked for by name (``aten_namesake=True``): an aten op that is only a composite
+(``aten::rms_norm`` calls ``_fused_rms_norm``) has no kernel of its own for an override to sit on,
+so it never needs a twin, and the declared op may share its name (and so its public name).
 """
 
 from __future__ import annotations
@@ -73,11 +76,13 @@ def declare(
     backward: Callable[..., Any] | None = None,
     setup_context: Callable[..., Any] | None = None,
     doc: str = "",
+    aten_namesake: bool = False,
 ) -> torch._ops.OpOverload:
     """Define ``python_native::<schema>`` and return its ``OpOverload``.
 
     Give either ``reference`` (with ``fake``, and optionally ``backward`` with ``setup_context``)
-    or ``composite``. Raises ``ValueError`` for a name aten has or that is declared already.
+    or ``composite``. Raises ``ValueError`` for a name that is declared already, or that aten has
+    (unless ``aten_namesake`` and aten's op is only a composite: see the module's docstring).
     """
     name = _qualified_name(schema)
     packet = name.partition(".")[0]
@@ -89,7 +94,9 @@ def declare(
         raise ValueError(f"{NAMESPACE}::{name}: autograd needs both backward= and setup_context=")
     if composite is not None and backward is not None:
         raise ValueError(f"{NAMESPACE}::{name}: a composite op is differentiated through the ops it calls")
-    if _aten_has_packet(packet):
+    if aten_namesake:
+        _check_namesake(name, packet)
+    elif _aten_has_packet(packet):
         raise ValueError(
             f"{NAMESPACE}::{name}: aten has an op named {packet!r}; a declared op takes a name aten lacks "
             f"(the opaque twins of compile mode 'keep' use aten's names in this namespace)"
@@ -126,6 +133,19 @@ def _aten_has_packet(packet: str) -> bool:
     except (AttributeError, RuntimeError):
         return False
     return True
+
+
+def _check_namesake(name: str, packet: str) -> None:
+    """``ValueError`` unless every overload of ``aten::packet`` is a composite alone (no kernel an
+    override or a compile-mode twin could take)."""
+    overloads = [n for n in torch._C._dispatch_get_all_op_names()
+                 if n == f"aten::{packet}" or n.startswith(f"aten::{packet}.")]
+    has_kernel = [n for n in overloads if not torch._C._dispatch_has_kernel_for_dispatch_key(n, "CompositeImplicitAutograd")]
+    if not overloads or has_kernel:
+        raise ValueError(
+            f"{NAMESPACE}::{name}: aten_namesake=True needs an aten op {packet!r} that is only a composite; "
+            + (f"{', '.join(has_kernel)} has kernels of its own" if overloads else f"aten has no op {packet!r}")
+        )
 
 
 def declared() -> list[DeclaredOp]:

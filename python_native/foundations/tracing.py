@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from python_native.foundations import interrupts, uncompiled
+from python_native.foundations import interrupts, module_scope, uncompiled
 from python_native.foundations.trace_summary import TraceSummary, render, summarize
 
 DEFAULT_CAPACITY = 100_000  # events kept per trace: about 10 MB
@@ -36,6 +36,7 @@ class TraceEvent:
     variant: str | None  # the override's variant that ran ("default" unless chosen), None on fallback
     thread: int
     reason: str | None = None  # why the fallback ran; None for an override
+    module: str | None = None  # qualified name of the patched module the call ran in (``module_scope``)
 
 
 class Trace:
@@ -124,10 +125,10 @@ class Trace:
         rows = (
             (str(i), e.op, e.dispatch_key, e.outcome,
              f"{e.override} [{e.variant}]" if e.variant not in (None, "default") else e.override or "-",
-             e.reason or "-")
+             e.module or "-", e.reason or "-")
             for i, e in enumerate(shown)
         )
-        lines = render(("#", "op", "key", "outcome", "override", "reason"), rows)
+        lines = render(("#", "op", "key", "outcome", "override", "module", "reason"), rows)
         if len(shown) < len(events):
             lines.append(f"... {len(events) - len(shown)} more (trace.table(limit=None) shows all)")
         if self.dropped:
@@ -177,6 +178,6 @@ class TraceHub:
                 if len(self._reasons) < 4096:
                     self._reasons[reason] = kept
             reason = kept
-        event = TraceEvent(*template, thread=threading.get_ident(), reason=reason)
+        event = TraceEvent(*template, thread=threading.get_ident(), reason=reason, module=module_scope.current())
         for trace in self._open:
             trace._record(event)

@@ -7,8 +7,19 @@ aten op (``OverrideSpec(..., lib="python_native")``).
 
 - ``linear_cross_entropy``: ``F.cross_entropy(F.linear(input, weight, bias), target, ...)`` in
   chunks, the logits never materialised (``pn.linear_cross_entropy``).
+- ``rms_norm`` (and ``rms_norm_backward``): RMSNorm as transformers' modules write it by hand.
+- ``swiglu``, ``geglu`` (and their backwards): the gated activation of an MLP, ``act(gate) * up``.
+- ``rotary`` (and ``rotary_backward``): ``apply_rotary_pos_emb`` of q and k in one call.
+- ``gelu_tanh``, ``quick_gelu`` (and their backwards): activations models write by hand.
+
+Each backward is declared under its forward's public name, so ``pn.operations_disabled("swiglu")``
+switches both. ``python_native.patching`` routes a model's modules to these ops.
 """
 
+from python_native.ops.activation_op import gelu_tanh, quick_gelu
+from python_native.ops.gated_op import geglu, swiglu
 from python_native.ops.linear_cross_entropy_op import linear_cross_entropy
+from python_native.ops.rms_norm_op import rms_norm
+from python_native.ops.rotary_op import rotary
 
-__all__ = ["linear_cross_entropy"]
+__all__ = ["gelu_tanh", "geglu", "linear_cross_entropy", "quick_gelu", "rms_norm", "rotary", "swiglu"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native.foundations import declared
+from python_native.foundations import declared, module_scope
 from python_native.ops import cross_entropy_chunks as chunks
 
 Tensor = torch.Tensor
@@ -118,6 +118,7 @@ def _setup_context(ctx, inputs, output) -> None:
     input, weight, target, bias, reduction, ignore_index, label_smoothing = inputs
     ctx.save_for_backward(input, weight, target, bias, output[1])
     ctx.options = (reduction, ignore_index, label_smoothing)
+    ctx.module = module_scope.current()  # the backward's trace events name the forward's module
     ctx.mark_non_differentiable(output[1])
 
 
@@ -125,8 +126,9 @@ def _autograd_backward(ctx, grad_loss, _grad_lse):
     input, weight, target, bias, lse = ctx.saved_tensors
     needs = ctx.needs_input_grad
     mask = [needs[0], needs[1], bias is not None and needs[3]]
-    grad_input, grad_weight, grad_bias = torch.ops.python_native.linear_cross_entropy.backward(
-        grad_loss, input, weight, target, bias, lse, *ctx.options, mask)
+    with module_scope.inside(ctx.module):
+        grad_input, grad_weight, grad_bias = torch.ops.python_native.linear_cross_entropy.backward(
+            grad_loss, input, weight, target, bias, lse, *ctx.options, mask)
     return (grad_input if mask[0] else None, grad_weight if mask[1] else None, None,
             grad_bias if mask[2] else None, None, None, None)
 

@@ -30,6 +30,8 @@ PUBLIC_API = (
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "TraceSummary", "speckey",
     "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
     "set_override_variant", "get_override_variant", "override_variant",
+    "patch", "unpatch", "patched", "register_patch_rule", "patch_rules", "reach",
+    "PatchRule", "PatchReport", "LeftAlone", "ReachReport",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API)
 

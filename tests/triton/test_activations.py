@@ -62,3 +62,29 @@ def test_switches_turn_the_override_off():
         result = run(F.gelu, [x], scope=scope)
         assert not result.triton_events()
         assert result.fell_back("gelu") and result.fell_back("gelu_backward")
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_views_stay_on_triton(name, dtype):
+    """The halves of a fused projection (rows at a stride, the last dim contiguous), forward and backward."""
+    fn, fwd, bwd = ACTIVATIONS[name]
+    gate_up = make(3, 2, 2 * 37, dtype=dtype, scale=3.0)
+    got = compare(lambda t: fn(t.chunk(2, -1)[0]) * t.chunk(2, -1)[1], [gate_up], [fwd, bwd])
+    assert got.out.is_contiguous()
+
+
+@pytest.mark.parametrize("variant", ["inplace", "out"])
+def test_inplace_and_out_variants_of_row_views_stay_right(variant):
+    base = make(4, 40, requires_grad=False)
+    view, untouched = base[:, 3:30], base.clone()
+    expected = F.silu(view.clone())
+    if variant == "inplace":
+        F.silu(view, inplace=True)
+        torch.testing.assert_close(base[:, 3:30], expected)
+        torch.testing.assert_close(base[:, :3], untouched[:, :3], rtol=0, atol=0)
+        torch.testing.assert_close(base[:, 30:], untouched[:, 30:], rtol=0, atol=0)
+    else:
+        out = torch.empty(0, device=DEVICE)
+        torch.ops.aten.silu.out(view, out=out)
+        torch.testing.assert_close(out, expected)

@@ -10,7 +10,17 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from triton_testing import DEVICE, requires_triton
 
-from python_native_dsls.triton.ops import activations, bmm, layer_norm, rms_norm, softmax
+from python_native_dsls.triton.ops import (
+    activations,
+    bmm,
+    gated,
+    layer_norm,
+    model_activations,
+    model_rms_norm,
+    rms_norm,
+    rotary,
+    softmax,
+)
 
 pytestmark = requires_triton
 
@@ -61,6 +71,7 @@ CASES = [
     (softmax.softmax_backward_cond, (t(4, 32, dtype=torch.float16), t(4, 32), 1, torch.float32), {}, False),
     (activations.silu_cond, (t(3, 5),), {}, True),
     (activations.silu_cond, (t(3, 10)[:, ::2],), {}, False),
+    (activations.silu_cond, (t(3, 10)[:, :5],), {}, True),  # a row view: rows at a stride, the last dim contiguous
     (activations.silu_backward_cond, (t(3, 5), t(3, 5)), {}, True),
     (activations.silu_backward_cond, (t(5, 3).t(), t(3, 5)), {}, False),  # layouts differ
     (activations.gelu_cond, (t(3, 5),), {"approximate": "tanh"}, True),
@@ -69,6 +80,19 @@ CASES = [
     (bmm.bmm_cond, (t(2, 3, 1), t(2, 1, 4)), {}, True),
     (bmm.bmm_cond, (t(2, 3, 2), t(2, 2, 4)), {}, False),
     (bmm.bmm_cond, (t(2, 3, 1), t(3, 1, 4)), {}, False),
+    # the declared model ops
+    (model_rms_norm.RMS_NORM.cond, (t(2, 3, 32), t(32), 1e-6, 1.0, True), {}, True),
+    (model_rms_norm.RMS_NORM.cond, (t(4, 32, dtype=torch.bfloat16), t(32), 1e-6, 0.0, False), {}, True),
+    (model_rms_norm.RMS_NORM.cond, (t(4, 32), t(16), 1e-6, 0.0, False), {}, False),
+    (model_rms_norm.RMS_NORM_BACKWARD.cond, (t(4, 32), t(4, 32), t(32), 1e-6, 0.0, False), {}, True),
+    (gated.SWIGLU.cond, tuple(t(4, 2 * 24).chunk(2, -1)), {}, True),
+    (gated.SWIGLU.cond, (t(4, 24), t(4, 24, dtype=torch.float16)), {}, False),
+    (gated.GEGLU_BACKWARD.cond, (t(4, 24), t(4, 24), t(4, 24), "tanh"), {}, True),
+    (rotary.ROTARY.cond, (t(2, 5, 4, 8).transpose(1, 2), t(2, 5, 2, 8).transpose(1, 2), t(2, 5, 8), t(2, 5, 8), 1), {},
+     True),
+    (rotary.ROTARY.cond, (t(2, 4, 5, 7), t(2, 4, 5, 7), t(2, 5, 7), t(2, 5, 7), 1), {}, False),  # odd head dim
+    (model_activations.QUICK_GELU_FORWARD.cond, (t(3, 10)[:, ::2],), {}, True),
+    (model_activations.GELU_TANH_BACKWARD.cond, (t(3, 5), t(3, 5, dtype=torch.float64)), {}, False),
 ]
 
 

@@ -12,6 +12,12 @@ reading x and dy again to write dx and accumulate that strip's dw/db in register
 x and dy read twice, dx written once.
 
 Either way one column-parallel kernel folds the partial rows into dw/db.
+
+``python_native::rms_norm`` keeps no statistics: its backward (``RSTD_FROM_X``) recomputes each
+row's rstd from x, in registers on the one-pass path and in the row-sums pass when streaming
+(which then stores it for the column strips). Its weight is shifted by an offset and, under the
+Llama casting rule (``CAST_X``), rounded to its dtype, as is the normalized input the weight
+gradient multiplies (see ``kernels.norm``).
 """
 
 from __future__ import annotations
@@ -26,10 +32,34 @@ import triton.language as tl
 from python_native.foundations.speckey import SpecializationCache
 from python_native_dsls.layout import Rows
 
+from ..plans.rows import RmsMode
 from ..plans.tiles import cdiv, next_power_of_2
 from . import tuning
 from .alloc import new_contiguous
 from .launch import Launcher, cast_out
+
+
+@triton.jit
+def load_weight(W, cols, col_ok, w_offset, CAST_X: tl.constexpr):
+    """``offset + weight`` in fp32 (rounded to the weight's dtype under the Llama casting rule)."""
+    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_offset
+    if CAST_X:
+        w = cast_out(w, W.dtype.element_ty).to(tl.float32)
+    return w
+
+
+@triton.jit
+def _weighted(xhat, X, CAST_X: tl.constexpr):
+    """What the weight multiplied in the forward: ``xhat``, or its value in x's dtype under ``CAST_X``."""
+    if CAST_X:
+        xhat = cast_out(xhat, X.dtype.element_ty).to(tl.float32)
+    return xhat
+
+
+@triton.jit
+def _row_rstd(x, n_cols, eps):
+    xf = x.to(tl.float32)
+    return tl.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
 
 
 @triton.jit
@@ -51,17 +81,17 @@ def _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS: tl.constexpr, HAS_W: tl.c
 @triton.jit
 def _norm_bwd_rows_kernel(
     DY, X, W, MEAN, RSTD, DX, PART,
-    n_rows, n_cols, rows_per_program, stride_dym, stride_dyn, stride_xm, stride_xn,
+    n_rows, n_cols, rows_per_program, stride_dym, stride_dyn, stride_xm, stride_xn, eps, w_offset,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
     NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAST_X: tl.constexpr, RSTD_FROM_X: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     pid = tl.program_id(0)
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) if HAS_W else None
+    w = load_weight(W, cols, col_ok, w_offset, CAST_X) if HAS_W else None
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
 
@@ -72,7 +102,10 @@ def _norm_bwd_rows_kernel(
         rows = rows.to(tl.int64)
         x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
         dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
-        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if RSTD_FROM_X:
+            rstd = _row_rstd(x, n_cols, eps)
+        else:
+            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
         mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
         xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
         if NEED_DX:
@@ -84,7 +117,7 @@ def _norm_bwd_rows_kernel(
                 dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
             tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
         if NEED_DW:
-            dw += tl.sum(dy * xhat, axis=0)
+            dw += tl.sum(dy * _weighted(xhat, X, CAST_X), axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
 
@@ -98,14 +131,20 @@ def _norm_bwd_rows_kernel(
 @triton.jit
 def _norm_bwd_row_sums_kernel(
     DY, X, W, MEAN, RSTD, C1, C2,
-    n_rows, n_cols, stride_dym, stride_dyn, stride_xm, stride_xn,
-    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    n_rows, n_cols, stride_dym, stride_dyn, stride_xm, stride_xn, eps, w_offset,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, CAST_X: tl.constexpr, RSTD_FROM_X: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Per row: ``c1 = mean(xhat * g)`` and (layer norm) ``c2 = mean(g)``, streamed over columns."""
+    """Per row: ``c1 = mean(xhat * g)`` and (layer norm) ``c2 = mean(g)``, streamed over columns;
+    with ``RSTD_FROM_X``, the row's rstd too (stored for the column strips): ``c1`` is then summed
+    as ``mean(x * g)`` and scaled by rstd at the end."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = rows.to(tl.int64)
-    rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if RSTD_FROM_X:
+        rstd = tl.full([BLOCK_M], 1.0, tl.float32)
+    else:
+        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
     mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
     acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -115,12 +154,19 @@ def _norm_bwd_row_sums_kernel(
         mask = row_ok[:, None] & col_ok[None, :]
         x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
         dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) if HAS_W else None
+        w = load_weight(W, cols, col_ok, w_offset, CAST_X) if HAS_W else None
         xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
         acc1 += xhat * g
-        if not IS_RMS:
+        if RSTD_FROM_X:
+            acc2 += xhat * xhat
+        elif not IS_RMS:
             acc2 += g
-    tl.store(C1 + rows, tl.sum(acc1, axis=1) / n_cols, mask=row_ok)
+    c1 = tl.sum(acc1, axis=1) / n_cols
+    if RSTD_FROM_X:
+        rstd = tl.rsqrt(tl.sum(acc2, axis=1) / n_cols + eps)
+        tl.store(RSTD + rows, rstd, mask=row_ok)
+        c1 = c1 * rstd
+    tl.store(C1 + rows, c1, mask=row_ok)
     if not IS_RMS:
         tl.store(C2 + rows, tl.sum(acc2, axis=1) / n_cols, mask=row_ok)
 
@@ -128,10 +174,10 @@ def _norm_bwd_row_sums_kernel(
 @triton.jit
 def _norm_bwd_cols_kernel(
     DY, X, W, MEAN, RSTD, C1, C2, DX, PART,
-    n_rows, n_cols, rows_per_program, stride_dym, stride_dyn, stride_xm, stride_xn,
+    n_rows, n_cols, rows_per_program, stride_dym, stride_dyn, stride_xm, stride_xn, w_offset,
     IS_RMS: tl.constexpr, HAS_W: tl.constexpr,
     NEED_DX: tl.constexpr, NEED_DW: tl.constexpr, NEED_DB: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAST_X: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """A column strip (axis 0) down one block of rows (axis 1): dx, and the strip's dw/db partials."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -139,7 +185,7 @@ def _norm_bwd_cols_kernel(
     group = tl.program_id(1)
     first = group * rows_per_program
     last = tl.minimum(first + rows_per_program, n_rows)
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) if HAS_W else None
+    w = load_weight(W, cols, col_ok, w_offset, CAST_X) if HAS_W else None
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)
     db = tl.zeros([BLOCK_N], dtype=tl.float32)
     for start in range(first, last, BLOCK_M):
@@ -161,7 +207,7 @@ def _norm_bwd_cols_kernel(
                 dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
             tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
         if NEED_DW:
-            dw += tl.sum(dy * xhat, axis=0)
+            dw += tl.sum(dy * _weighted(xhat, X, CAST_X), axis=0)
         if NEED_DB:
             db += tl.sum(dy, axis=0)
     part = PART + group.to(tl.int64) * (2 * n_cols)
@@ -186,11 +232,12 @@ def _column_sum_kernel(PART, OUT, n_parts, part_stride, n_cols, col_offset, BLOC
     tl.store(OUT + cols, cast_out(tl.sum(acc, axis=0), OUT.dtype.element_ty), mask=col_ok)
 
 
-_FLAGS = ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "BLOCK_M", "BLOCK_N")
-_OP = "native_layer_norm_backward, _fused_rms_norm_backward"
-_ROWS = Launcher(_norm_bwd_rows_kernel, _FLAGS, op=_OP)
-_ROW_SUMS = Launcher(_norm_bwd_row_sums_kernel, ("IS_RMS", "HAS_W", "BLOCK_M", "BLOCK_N"), op=_OP)
-_COLS = Launcher(_norm_bwd_cols_kernel, _FLAGS, op=_OP)
+_FLAGS = ("IS_RMS", "HAS_W", "NEED_DX", "NEED_DW", "NEED_DB", "CAST_X")
+_OP = "native_layer_norm_backward, _fused_rms_norm_backward, python_native rms_norm_backward"
+_ROWS = Launcher(_norm_bwd_rows_kernel, (*_FLAGS, "RSTD_FROM_X", "BLOCK_M", "BLOCK_N"), op=_OP)
+_ROW_SUMS = Launcher(_norm_bwd_row_sums_kernel, ("IS_RMS", "HAS_W", "CAST_X", "RSTD_FROM_X", "BLOCK_M", "BLOCK_N"),
+                     op=_OP)
+_COLS = Launcher(_norm_bwd_cols_kernel, (*_FLAGS, "BLOCK_M", "BLOCK_N"), op=_OP)
 _COLUMN_SUM = Launcher(_column_sum_kernel, ("BLOCK_M", "BLOCK_N"), fresh=("PART", "OUT"), op=_OP)
 
 
@@ -220,7 +267,8 @@ class _Plan(NamedTuple):
     serial: int  # names the launch to the launchers: unique per plan, and a plan per specialization key
 
 
-def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool], slots: int) -> _Plan:
+def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool], slots: int,
+                recompute: bool = False) -> _Plan:
     need_dx, need_dw, need_db = need
     reduce = need_dw or need_db
     width, offset = n * (need_dw + need_db), 0 if need_dw else n
@@ -231,7 +279,7 @@ def _build_plan(m: int, n: int, dtype: torch.dtype, need: tuple[bool, bool, bool
         programs, per_program = _split_rows(m, cfg.block_m, slots if reduce else cdiv(m, cfg.block_m))
         return _Plan(True, (programs,), programs, per_program, cfg.num_warps, cfg.block_m, next_power_of_2(n),
                      (), None, reduce_grid, folding, width, offset, next(_serials))
-    sums = tuning.tile("norm_bwd_row_sums", dtype, n) if need_dx else None
+    sums = tuning.tile("norm_bwd_row_sums", dtype, n) if need_dx or recompute else None
     cfg = tuning.tile("norm_bwd_cols", dtype, n)
     strips = cdiv(n, cfg.block_n)
     wanted = max(1, slots // strips) if reduce else cdiv(m, cfg.block_m)
@@ -251,13 +299,15 @@ def backward(
     x: torch.Tensor,
     x_rows: Rows,
     mean: torch.Tensor | None,
-    rstd: torch.Tensor,
+    rstd: torch.Tensor | None,
     weight: torch.Tensor | None,
     need: tuple[bool, bool, bool],
     rms: bool,
     param_shape: tuple[int, ...] | None = None,
+    mode: RmsMode | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Gradients ``(dx, dw, db)``; entries not in ``need`` are None.
+    """Gradients ``(dx, dw, db)``; entries not in ``need`` are None. ``mode``: the RMS norm of
+    ``python_native::rms_norm`` (``rstd`` is then None: recomputed from x).
 
     Outputs are allocated in their final form, so no view or cast follows: ``dx`` contiguous in
     ``x``'s shape and dtype, ``dw`` / ``db`` shaped ``param_shape`` (default ``[N]``) in the
@@ -268,15 +318,16 @@ def backward(
         return None, None, None
     m, n = x_rows.n_rows, x_rows.n_cols
     slots = tuning.persistent_programs(x.get_device())
-    has_w = weight is not None
     w = x if weight is None else weight
+    recompute = mode is not None
+    if recompute:  # where the streamed path stores the recomputed rstd (the one-pass path never reads it)
+        rstd = new_contiguous(x, (m,), torch.float32) if n > tuning.NORM_BWD_REGISTER_MAX else x
     stat = rstd if mean is None else mean
     # Everything a launch specializes on: layouts, dtypes, flags and the grid size.
-    key = (dy_rows, x_rows, dy.dtype, x.dtype, w.dtype, stat.dtype, rstd.dtype, rms, has_w, need, slots)
-    plan = _PLANS.get(key, m, n, x.dtype, need, slots)
-    spec = plan.serial
+    key = (dy_rows, x_rows, dy.dtype, x.dtype, w.dtype, stat.dtype, rstd.dtype, rms, weight is not None, need, slots,
+           None if mode is None else mode.cast_x)
+    plan = _PLANS.get(key, m, n, x.dtype, need, slots, recompute)
     dx = (torch.empty_like(x) if x.is_contiguous() else x.new_empty(x.shape)) if need_dx else None
-    out = x if dx is None else dx
     reduce = plan.reduce is not None
     # A single partial row is the gradient itself: written in the parameters' dtype, no fold.
     single = reduce and plan.programs == 1
@@ -286,28 +337,8 @@ def backward(
         part = new_contiguous(x, (2, *final), param_dtype)
     else:
         part = new_contiguous(x, (plan.programs, 2 * n), torch.float32) if reduce else rstd
-    if plan.register_rows:
-        _ROWS.planned(
-            spec, plan.grid,
-            (dy, x, w, stat, rstd, out, part, m, n, plan.per_program,
-             dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride),
-            plan.num_warps, rms, has_w, need_dx, need_dw, need_db, plan.block_m, plan.block_n,
-        )
-    else:
-        strides = (dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride)
-        c1 = c2 = rstd
-        if plan.sums is not None:
-            sums = plan.sums
-            c1 = new_contiguous(x, (m,), torch.float32)
-            c2 = c1 if rms else new_contiguous(x, (m,), torch.float32)
-            _ROW_SUMS(
-                plan.sums_grid, (dy, x, w, stat, rstd, c1, c2, m, n, *strides),
-                sums.num_warps, rms, has_w, sums.block_m, sums.block_n,
-            )
-        _COLS.planned(
-            spec, plan.grid, (dy, x, w, stat, rstd, c1, c2, out, part, m, n, plan.per_program, *strides),
-            plan.num_warps, rms, has_w, need_dx, need_dw, need_db, plan.block_m, plan.block_n,
-        )
+    tensors = (dy, x, w, stat, rstd, x if dx is None else dx, part)
+    _launch(plan, tensors, dy_rows, x_rows, need, rms, weight is not None, mode or _NO_MODE)
     if not reduce:
         return dx, None, None
     if single:
@@ -324,3 +355,35 @@ def backward(
     if both:
         return dx, total[0], total[1]
     return (dx, total, None) if need_dw else (dx, None, total)
+
+
+_NO_MODE = RmsMode(0.0, 0.0, False)
+
+
+def _launch(plan: _Plan, tensors: tuple, dy_rows: Rows, x_rows: Rows, need: tuple[bool, bool, bool], rms: bool,
+            has_w: bool, mode: RmsMode) -> None:
+    """The dx / partial-sum launches of a plan: one pass over whole rows, or row sums then column strips."""
+    dy, x, w, stat, rstd, out, part = tensors
+    m, n = x_rows.n_rows, x_rows.n_cols
+    strides = (dy_rows.row_stride, dy_rows.col_stride, x_rows.row_stride, x_rows.col_stride)
+    recompute = mode is not _NO_MODE
+    eps, offset = float(mode.eps), float(mode.offset)
+    if plan.register_rows:
+        _ROWS.planned(
+            plan.serial, plan.grid, (dy, x, w, stat, rstd, out, part, m, n, plan.per_program, *strides, eps, offset),
+            plan.num_warps, rms, has_w, *need, mode.cast_x, recompute, plan.block_m, plan.block_n,
+        )
+        return
+    c1 = c2 = rstd
+    if plan.sums is not None:
+        sums = plan.sums
+        c1 = new_contiguous(x, (m,), torch.float32)
+        c2 = c1 if rms else new_contiguous(x, (m,), torch.float32)
+        _ROW_SUMS(
+            plan.sums_grid, (dy, x, w, stat, rstd, c1, c2, m, n, *strides, eps, offset),
+            sums.num_warps, rms, has_w, mode.cast_x, recompute, sums.block_m, sums.block_n,
+        )
+    _COLS.planned(
+        plan.serial, plan.grid, (dy, x, w, stat, rstd, c1, c2, out, part, m, n, plan.per_program, *strides, offset),
+        plan.num_warps, rms, has_w, *need, mode.cast_x, plan.block_m, plan.block_n,
+    )

@@ -26,11 +26,15 @@ def all_overrides() -> list[OverrideSpec]:
         activations,
         bmm,
         dropout,
+        gated,
         group_norm,
         layer_norm,
         linear_cross_entropy,
+        model_activations,
+        model_rms_norm,
         reductions,
         rms_norm,
+        rotary,
         scatter_add,
         softmax,
         topk,
@@ -39,7 +43,7 @@ def all_overrides() -> list[OverrideSpec]:
     layout.backend_device.cache_clear()
     key = dispatch_key()
     families = [layer_norm, rms_norm, softmax, activations, bmm, group_norm, dropout, reductions, topk, scatter_add,
-                linear_cross_entropy]
+                linear_cross_entropy, model_rms_norm, gated, rotary, model_activations]
     SKIPPED.clear()
     specs = []
     for family in families:

@@ -1,7 +1,10 @@
 """``silu``, ``gelu`` (``approximate`` 'none' or 'tanh') and their backward ops.
 
-Accepted layouts are the dense ones (contiguous, channels-last, permuted) with every operand
-sharing shape and strides; broadcasting or gappy views go to aten.
+Dense layouts (contiguous, channels-last, permuted) with every operand sharing shape and strides
+run as one flat launch that keeps the input's layout. Row views with a contiguous last dim (the
+halves of ``gate_up.chunk(2, -1)``, row slices, each operand at its own row stride) run as tiles
+of rows into a contiguous result, as aten lays out such results; other layouts go to aten. The
+in-place and ``out=`` variants copy that result into their target.
 """
 
 from __future__ import annotations
@@ -12,11 +15,15 @@ from types import ModuleType
 import torch
 
 from python_native.foundations.speckey import MISSING, SpecializationCache
-from python_native_dsls.layout import FLOAT_DTYPES
 from python_native_dsls.spec import OverrideSpec, runtime_import
 
-from ..plans.elementwise import ElementwisePlan, plan_elementwise
-from ..plans.layout import dense_like, fits_index, on_backend
+from ..plans.elementwise import (
+    ElementwisePlan,
+    RowsPlan,
+    plan_elementwise,
+    pointwise_backward_plan,
+    pointwise_plan,
+)
 from ..target import DSL_NAME
 from . import why
 
@@ -35,35 +42,24 @@ def _kernels() -> ModuleType:
     return activations
 
 
-def _input_ok(x: Tensor) -> bool:
-    return on_backend(x) and x.dtype in FLOAT_DTYPES and fits_index(x) and dense_like(x)
+Plan = ElementwisePlan | RowsPlan
 
 
-def _pair_ok(x: Tensor, grad: Tensor) -> bool:
-    return (
-        on_backend(x, grad)
-        and x.dtype in FLOAT_DTYPES
-        and grad.dtype == x.dtype
-        and fits_index(x)
-        and dense_like(x, grad)
-    )
+def _forward_plan(x: Tensor, act: int) -> Plan | None:
+    return pointwise_plan(x, act, unit=True)
 
 
-def _forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
-    return plan_elementwise(x, act) if _input_ok(x) else None
+def _backward_plan(grad: Tensor, x: Tensor, act: int) -> Plan | None:
+    return pointwise_backward_plan(grad, x, act, unit=True)
 
 
-def _backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
-    return plan_elementwise(x, act, grad) if _pair_ok(x, grad) else None
-
-
-_FORWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_forward_plan, 4096)
-_BACKWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_backward_plan, 4096)
+_FORWARD_PLANS: SpecializationCache[Plan | None] = SpecializationCache(_forward_plan, 4096)
+_BACKWARD_PLANS: SpecializationCache[Plan | None] = SpecializationCache(_backward_plan, 4096)
 _forward_lookup = _FORWARD_PLANS.lookup
 _backward_lookup = _BACKWARD_PLANS.lookup
 
 
-def forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
+def forward_plan(x: Tensor, act: int) -> Plan | None:
     """The plan where the kernel takes ``act(x)``, else None; cached per layout for real tensors."""
     if x.__class__ is not Tensor:
         return _forward_plan(x, act)
@@ -72,7 +68,7 @@ def forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
     return _FORWARD_PLANS.get(key, x, act) if plan is MISSING else plan
 
 
-def backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
+def backward_plan(grad: Tensor, x: Tensor, act: int) -> Plan | None:
     """The plan where the kernel takes ``grad * act'(x)``, else None."""
     if x.__class__ is not Tensor or grad.__class__ is not Tensor:
         return _backward_plan(grad, x, act)
@@ -84,45 +80,53 @@ def backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
     return _BACKWARD_PLANS.get(key, grad, x, act) if plan is MISSING else plan
 
 
+def _forward_any(x: Tensor, act: int) -> Plan:
+    return forward_plan(x, act) or plan_elementwise(x, act)
+
+
+def _backward_any(grad: Tensor, x: Tensor, act: int) -> Plan:
+    return backward_plan(grad, x, act) or plan_elementwise(x, act, grad)
+
+
 # Conds return their plan (None: declined); the router hands it to the impl as ``plan``. An impl
-# called alone plans from the layout itself, without the cond's checks.
+# called alone plans from the layout itself.
 
 
-def silu_cond(self: Tensor) -> ElementwisePlan | None:
+def silu_cond(self: Tensor) -> Plan | None:
     return forward_plan(self, _SILU)
 
 
-def silu_impl(self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_forward(self, plan or plan_elementwise(self, _SILU))
+def silu_impl(self: Tensor, plan: Plan | None = None) -> Tensor:
+    return _kernels().run_forward(self, plan or _forward_any(self, _SILU))
 
 
-def silu_backward_cond(grad_output: Tensor, self: Tensor) -> ElementwisePlan | None:
+def silu_backward_cond(grad_output: Tensor, self: Tensor) -> Plan | None:
     return backward_plan(grad_output, self, _SILU)
 
 
-def silu_backward_impl(grad_output: Tensor, self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_backward(grad_output, self, plan or plan_elementwise(self, _SILU, grad_output))
+def silu_backward_impl(grad_output: Tensor, self: Tensor, plan: Plan | None = None) -> Tensor:
+    return _kernels().run_backward(grad_output, self, plan or _backward_any(grad_output, self, _SILU))
 
 
-def gelu_cond(self: Tensor, *, approximate: str) -> ElementwisePlan | None:
+def gelu_cond(self: Tensor, *, approximate: str) -> Plan | None:
     act = _GELU_MODES.get(approximate)
     return None if act is None else forward_plan(self, act)
 
 
-def gelu_impl(self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_forward(self, plan or plan_elementwise(self, _GELU_MODES[approximate]))
+def gelu_impl(self: Tensor, *, approximate: str, plan: Plan | None = None) -> Tensor:
+    return _kernels().run_forward(self, plan or _forward_any(self, _GELU_MODES[approximate]))
 
 
-def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> ElementwisePlan | None:
+def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> Plan | None:
     act = _GELU_MODES.get(approximate)
     return None if act is None else backward_plan(grad_output, self, act)
 
 
 def gelu_backward_impl(
-    grad_output: Tensor, self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None
+    grad_output: Tensor, self: Tensor, *, approximate: str, plan: Plan | None = None
 ) -> Tensor:
     return _kernels().run_backward(
-        grad_output, self, plan or plan_elementwise(self, _GELU_MODES[approximate], grad_output)
+        grad_output, self, plan or _backward_any(grad_output, self, _GELU_MODES[approximate])
     )
 
 
@@ -130,11 +134,11 @@ def gelu_backward_impl(
 
 
 def silu_explain(self: Tensor) -> str | None:
-    return why.elementwise(self)
+    return why.elementwise(self, rows="unit")
 
 
 def silu_backward_explain(grad_output: Tensor, self: Tensor) -> str | None:
-    return why.elementwise(self, grad_output)
+    return why.elementwise(self, grad_output, rows="unit")
 
 
 def _mode(approximate: str) -> str | None:
@@ -142,11 +146,11 @@ def _mode(approximate: str) -> str | None:
 
 
 def gelu_explain(self: Tensor, *, approximate: str) -> str | None:
-    return _mode(approximate) or why.elementwise(self)
+    return _mode(approximate) or why.elementwise(self, rows="unit")
 
 
 def gelu_backward_explain(grad_output: Tensor, self: Tensor, *, approximate: str) -> str | None:
-    return _mode(approximate) or why.elementwise(self, grad_output)
+    return _mode(approximate) or why.elementwise(self, grad_output, rows="unit")
 
 
 OVERRIDES = [

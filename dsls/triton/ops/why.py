@@ -13,6 +13,7 @@ import torch
 
 from python_native_dsls.layout import FLOAT_DTYPES, Rows, normalized_axis, view_rows
 
+from ..plans.elementwise import unit_rows
 from ..plans.layout import MAX_INDEX, MAX_NORM_COLS, backend_device, dense_like, on_backend, row_fits
 
 
@@ -102,8 +103,10 @@ def stats(stat: torch.Tensor, what: str, x: torch.Tensor, n_rows: int) -> str | 
     return None if stat.is_contiguous() else f"{what} is not contiguous"
 
 
-def elementwise(x: torch.Tensor, *others: torch.Tensor) -> str | None:
-    """A flat elementwise launch the kernels cannot take (dtype, size, layout)."""
+def elementwise(x: torch.Tensor, *others: torch.Tensor, rows: str | None = None) -> str | None:
+    """A flat elementwise launch the kernels cannot take (dtype, size, layout); ``rows``: the
+    kernels also take row views, each operand at its own strides (``"unit"``: with a contiguous
+    last dim; ``"any"``: any column stride)."""
     why = device(x, *others) or dtype(x)
     if why:
         return why
@@ -114,8 +117,34 @@ def elementwise(x: torch.Tensor, *others: torch.Tensor) -> str | None:
         return "empty input"
     if x.numel() > MAX_INDEX:
         return f"{x.numel()} elements exceed int32 indexing"
-    if not dense_like(x, *others):
-        if others:
-            return "layout: operands differ in shape or strides, or are not dense"
-        return "layout: not dense (a broadcast or gappy view)"
+    if dense_like(x, *others):
+        return None
+    if rows and all(o.shape == x.shape for o in others):
+        if all(unit_rows(t, rows == "unit") is not None for t in (x, *others)):
+            return None
+        if rows == "unit":
+            return "layout: neither dense nor rows with a contiguous last dim"
+        return "layout: the leading dims do not collapse to one row stride"
+    if others:
+        return "layout: operands differ in shape or strides, or are not dense"
+    return "layout: not dense (a broadcast or gappy view)"
+
+
+def pointwise(*named: tuple[str, torch.Tensor]) -> str | None:
+    """Operands of one shape and dtype that the row-tiled pointwise kernels cannot take: device,
+    dtype, shape, emptiness, or leading dims that do not collapse to one row stride."""
+    (first_name, first), *others = named
+    found = device(*(t for _, t in named)) or dtype(first, f"{first_name} dtype")
+    if found:
+        return found
+    for what, t in others:
+        if t.dtype != first.dtype:
+            return f"{what} dtype {name(t.dtype)} differs from {first_name}'s {name(first.dtype)}"
+        if t.shape != first.shape:
+            return f"{what} shape {tuple(t.shape)} differs from {first_name}'s {tuple(first.shape)}"
+    if first.numel() == 0:
+        return "empty input"
+    for what, t in named:
+        if unit_rows(t, unit=False) is None:
+            return f"layout: the leading dims of {what} (strides {tuple(t.stride())}) do not collapse to one row stride"
     return None

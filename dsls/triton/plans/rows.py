@@ -78,6 +78,16 @@ def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int
     )
 
 
+class RmsMode(NamedTuple):
+    """How ``python_native::rms_norm`` applies its weight: ``offset + weight`` (Gemma's ``1 +
+    weight``), and ``cast_x`` for Llama's rule (the normalized rows cast back to the input's dtype
+    and the shifted weight rounded to its own before they multiply; else both stay in fp32)."""
+
+    eps: float
+    offset: float
+    cast_x: bool
+
+
 _NORM_PLANS: SpecializationCache[NormPlan | None] = SpecializationCache(_norm_plan, 4096)
 _norm_lookup = _NORM_PLANS.lookup
 _Tensor = torch.Tensor

@@ -64,6 +64,7 @@ def _calibration_args() -> dict[str, CalibArgs]:
         return (dy.reshape(t.shape), t, mean, rstd, w, n, c, hw, g, [True, True, True])
 
     return {
+        **_declared_args(),
         "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
         "native_layer_norm_backward": lambda x, dy: (
             (lambda w, b, mean, rstd: (dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True]))(*ln_stats(x))
@@ -101,10 +102,45 @@ def _calibration_args() -> dict[str, CalibArgs]:
     }
 
 
+def _declared_args() -> dict[str, CalibArgs]:
+    """The ops of ``python_native.ops`` model patching calls (``DECLARED``), from the same ``x`` and ``dy``:
+    the norm in Llama's casting mode, gated activations on two operands shaped as x, rotary on x as
+    one sequence of 128-wide heads (a quarter as many key heads)."""
+    def other(x: torch.Tensor) -> torch.Tensor:
+        return torch.randn_like(x)
+
+    def heads(x: torch.Tensor) -> tuple:
+        rows, cols = x.shape
+        d = min(cols, 128)
+        q = x.reshape(1, rows, cols // d, d).transpose(1, 2)
+        k = torch.randn(1, rows, max(1, cols // d // 4), d, device=x.device, dtype=x.dtype).transpose(1, 2)
+        cos = torch.randn(1, rows, d, device=x.device, dtype=x.dtype)
+        return q, k, cos, torch.randn_like(cos)
+
+    return {
+        "rms_norm": lambda x, dy: (x, other(x[0]), 1e-6, 0.0, False),
+        "rms_norm_backward": lambda x, dy: (dy, x, other(x[0]), 1e-6, 0.0, False),
+        "swiglu": lambda x, dy: (x, other(x)), "swiglu_backward": lambda x, dy: (dy, x, other(x)),
+        "geglu": lambda x, dy: (x, other(x), "tanh"), "geglu_backward": lambda x, dy: (dy, x, other(x), "tanh"),
+        "rotary": lambda x, dy: (*heads(x), 1),
+        "rotary_backward": lambda x, dy: (*heads(x), 1),
+        "gelu_tanh": lambda x, dy: (x,), "gelu_tanh_backward": lambda x, dy: (dy, x),
+        "quick_gelu": lambda x, dy: (x,), "quick_gelu_backward": lambda x, dy: (dy, x),
+    }
+
+
+# Calibrated ops of the ``python_native`` namespace (``python_native.ops``), by their symbol.
+DECLARED = frozenset({"rms_norm", "rms_norm_backward", "swiglu", "swiglu_backward", "geglu", "geglu_backward",
+                      "rotary", "rotary_backward", "gelu_tanh", "gelu_tanh_backward", "quick_gelu",
+                      "quick_gelu_backward"})
+
+
 def aten_op(symbol: str) -> Any:
-    """The overload packet's entry for ``symbol`` (``_softmax``, ``sum.dim_IntList``)."""
+    """The overload packet's entry for ``symbol`` (``_softmax``, ``sum.dim_IntList``; the ops of
+    ``DECLARED`` in the ``python_native`` namespace)."""
     packet, _, overload = symbol.partition(".")
-    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+    namespace = torch.ops.python_native if symbol in DECLARED else torch.ops.aten
+    return getattr(getattr(namespace, packet), overload or "default")
 
 
 def calibration_shapes(quick: bool) -> list[tuple[int, int]]:
@@ -136,6 +172,8 @@ def calibrated_dsls(ops: Sequence[str] | None = None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for o in REGISTRY.overrides():
         if o.derived_from is not None or o.op not in builders or (ops and o.op not in ops):
+            continue
+        if o.lib != ("python_native" if o.op in DECLARED else "aten"):
             continue
         if not dsl_registry.available(o.dsl):
             continue

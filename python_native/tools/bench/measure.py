@@ -13,14 +13,14 @@ import torch
 import python_native as pn
 from python_native.panel import snapshot
 from python_native.tools.bench.peers import competitors
-from python_native.tools.bench.rows import OPS, Case, Inputs, Row, bytes_moved, make_inputs, torch_function
+from python_native.tools.bench.rows import OPS, Case, Inputs, Row, backward, bytes_moved, make_inputs, torch_function
 from python_native.tools.bench.timing import Fn, Timer, cpu_timer, gpu_timer
 
 
 def runner(case: Case, fn: Callable[[Inputs], torch.Tensor], inputs: Inputs) -> Fn:
     if case.mode == "fwd":
         return lambda: fn(inputs)
-    return lambda: fn(inputs).backward(inputs.dy)
+    return lambda: backward(fn(inputs), inputs.dy)
 
 
 def _fired_overrides(fn: Fn) -> list:

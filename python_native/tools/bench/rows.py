@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from python_native.tools.bench import model_rows
+
 # Reductions over one dim (the last, or the first for ``sum_dim0``): forward only, their backward
 # formulas are aten's (expand, scatter, a masked division).
 REDUCTIONS = ("sum", "sum_dim0", "mean", "prod", "amax", "amin", "argmax", "argmin", "max_dim", "min_dim")
@@ -18,7 +20,7 @@ REDUCTIONS = ("sum", "sum_dim0", "mean", "prod", "amax", "amin", "argmax", "argm
 # row index per token (scatter_add's index is that column expanded along hidden, as MoE code does).
 INDEXING = ("topk", "scatter_add", "index_add")
 OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "silu", "gelu", "gelu_tanh", "bmm_outer",
-       "group_norm", "group_norm_cl", "dropout", *REDUCTIONS, *INDEXING)
+       "group_norm", "group_norm_cl", "dropout", *REDUCTIONS, *INDEXING, *model_rows.OPS)
 
 # Group norm rows normalize 32 groups (the diffusion U-Net's), or as many as divide C; ``group_norm_cl``
 # is the same on a channels-last input. Dropout rows drop with p = 0.1 in training mode.
@@ -103,6 +105,7 @@ _OWN_SHAPES: dict[str, tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = { 
     "group_norm": ([(2, 8, 4, 4)], [(16, 256, 32, 32), (4, 1280, 16, 16), (2, 320, 128, 128)]),
     "group_norm_cl": ([(2, 8, 4, 4)], [(16, 256, 32, 32), (4, 1280, 16, 16), (2, 320, 128, 128)]),
     "dropout": ([(4, 64)], [(4096, 4096), (16384, 5120)]),
+    **model_rows.SHAPES,
 }
 _GRID = [
     ("layer_norm", "fwd"), ("layer_norm", "fwd+bwd"), ("rms_norm", "fwd"), ("rms_norm", "fwd+bwd"),
@@ -167,10 +170,23 @@ class Inputs:
     leaves: list[torch.Tensor] = dataclasses.field(default_factory=list)
     index: torch.Tensor | None = None  # scatter_add / index_add
     k: int = 0  # topk
+    named: dict = dataclasses.field(default_factory=dict)  # the declared ops' rows (``model_rows``), by name
+
+
+def backward(out: torch.Tensor | tuple[torch.Tensor, ...], dy: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
+    """Backpropagate ``dy`` from ``out`` (a tuple of outputs takes a tuple of gradients)."""
+    if isinstance(out, tuple):
+        torch.autograd.backward(out, dy)
+    else:
+        out.backward(dy)
 
 
 def make_inputs(case: Case, device: str) -> Inputs:
     grad = case.mode == "fwd+bwd"
+    if case.op in model_rows.SHAPES:
+        named = model_rows.make_inputs(case.op, case.shape, case.dtype, device, grad)
+        first = next(v for v in named.values() if isinstance(v, torch.Tensor))
+        return Inputs(first, dy=named["dy"], leaves=named["leaves"], named=named)
     if case.op == "topk":
         rows, cols, k = case.shape
         return Inputs(torch.randn(rows, cols, device=device, dtype=case.dtype), k=k)
@@ -234,7 +250,15 @@ def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
         "group_norm_cl": lambda i: F.group_norm(i.x, groups_of(i.x.shape[1]), i.w, i.b),
         "dropout": lambda i: F.dropout(i.x, DROPOUT_P, training=True),
     }
+    if op in model_rows.FUNCTIONS:
+        return lambda i: model_rows.FUNCTIONS[op](i.named)
     return table[op]
+
+
+def formula(op: str) -> Callable[[Inputs], torch.Tensor] | None:
+    """The plain-torch formula a declared op's row replaces (what Inductor compiles), or None."""
+    found = model_rows.FORMULAS.get(op)
+    return None if found is None else (lambda i: found(i.named))
 
 
 def _reduction_bytes(case: Case, itemsize: int) -> int:
@@ -246,6 +270,8 @@ def _reduction_bytes(case: Case, itemsize: int) -> int:
 
 def bytes_moved(case: Case) -> int:
     itemsize = torch.empty((), dtype=case.dtype).element_size()
+    if case.op in model_rows.SHAPES:
+        return model_rows.bytes_moved(case.op, case.shape, case.mode, itemsize)
     if case.op in REDUCTIONS:
         return _reduction_bytes(case, itemsize)
     if case.op == "bmm_outer":

@@ -24,6 +24,7 @@ COMMANDS = {
     "precompile": "precompile",
     "inspect": "inspect",
     "verify": "verify",
+    "reach": "reach",
 }
 
 

@@ -39,6 +39,10 @@ ROW_OPS: dict[str, tuple[str, ...]] = {
     "group_norm": ("native_group_norm", "native_group_norm_backward"),
     "group_norm_cl": ("native_group_norm", "native_group_norm_backward"),
     "dropout": ("native_dropout", "native_dropout_backward", "bernoulli_.float"),
+    "rms_norm_llama": ("rms_norm", "rms_norm_backward"), "rms_norm_gemma": ("rms_norm", "rms_norm_backward"),
+    "swiglu": ("swiglu", "swiglu_backward"), "swiglu_chunked": ("swiglu", "swiglu_backward"),
+    "geglu": ("geglu", "geglu_backward"), "rotary": ("rotary", "rotary_backward"),
+    "gelu_tanh_formula": ("gelu_tanh", "gelu_tanh_backward"), "quick_gelu": ("quick_gelu", "quick_gelu_backward"),
 }
 
 

@@ -95,7 +95,7 @@ def calls_of(case: rows.Case, wanted: set[str]) -> list[Call]:
     with _Recorder(wanted) as recorder:
         y = rows.torch_function(case.op)(inputs)
         if backward:
-            y.backward(inputs.dy)
+            rows.backward(y, inputs.dy)
     return recorder.calls
 
 

@@ -36,7 +36,7 @@ METHODS = {
     "bytes": "the launch's own arguments at full size, some programs run in Triton's interpreter (first and last "
              "per grid axis), masked loads/stores counted per active lane; broadcast reads (every program, "
              "same addresses) counted once; scaled to the grid",
-    "minimum": "every input tensor the kernels read, once (the memory it spans: an expanded index counts its one column), plus every output, once; intermediate buffers are overhead",
+    "minimum": "every input tensor the kernels read, once (the memory it spans, or its elements where they leave gaps: an expanded index counts its one column, a half of a chunked projection its half), plus every output, once; intermediate buffers are overhead",
     "predicted": "bytes at the copy bandwidth, each SM's share scaled by min(1, warps on it / 32), per wave, "
                  "+1.5 us per launch (python_native.tools.kernel_report.model)",
 }
@@ -90,6 +90,8 @@ def _launch_figures(planned: PlannedCall, launch: Launch, with_traffic: bool, ar
         regions.append({
             "args": region.names, "role": roles[start], "read": traffic.read[start], "written": traffic.written[start],
             "broadcast": start in traffic.broadcast, "nbytes": region.end - region.start,
+            # a view with gaps (a half of a chunked projection) spans more memory than it holds
+            "held": min(region.end - region.start, region.tensor.numel() * region.tensor.element_size()),
         })
     figures.update(bytes=traffic.total, regions=regions, sampled_programs=traffic.sampled)
     return figures
@@ -108,7 +110,7 @@ def _minimum(call: dict) -> float:
     for launch in call["launches"]:
         for r in launch.get("regions", ()):
             if r["role"] == "input" and r["read"]:
-                read.add((tuple(r["args"]), r["nbytes"]))
+                read.add((tuple(r["args"]), r["held"]))
     return float(sum(n for _, n in read) + call["output_bytes"])
 
 

@@ -71,6 +71,34 @@ EXCEPTIONS: tuple[Excuse, ...] = (
         cost="1.20x at k=50, 2.12x at k=256 (keys of 64 and 256 per chunk against a 250 KB row)",
     ),
     Excuse(
+        "traffic", "rms_norm_backward", label="rms_norm_llama fwd+bwd 4096x16384",
+        reason="rows wider than NORM_BWD_REGISTER_MAX (8192) are streamed: a row-sums pass reads x and dy (and "
+               "recomputes rstd, which python_native::rms_norm does not keep), the column strips read both again; "
+               "the strip grid (64 strips x 4 row groups at 16384 columns) leaves SMs a quarter full, to be timed "
+               "on a GPU against the reference before a wider register path is worth writing",
+        cost="1.67x: x and dy read twice (674 MB moved against 403 MB)",
+    ),
+    Excuse(
+        "warps", "_norm_bwd_cols_kernel", label="rms_norm_llama fwd+bwd 4096x16384",
+        reason="the Llama casting rule rounds the normalized rows to the input's dtype for the weight gradient: "
+               "72 registers a thread at 4 warps (86 in fp32); with 256 programs on 132 SMs the grid, not the "
+               "registers, bounds the warps an SM holds",
+        cost="28 resident warps per SM in bf16 and fp16, 20 in fp32",
+    ),
+    Excuse(
+        "warps", "_norm_fwd_kernel", label="rms_norm_llama fwd", dtype="float32",
+        reason="a 16384-column fp32 row held whole by one program of 16 warps (the row kernels' cap) is 32 values "
+               "a thread: 74 registers; aten's _fused_rms_norm and native_layer_norm take the same tile at that "
+               "width. 32 warps would halve it, to be timed on a GPU first",
+        cost="16 resident warps per SM (74 registers per thread)",
+    ),
+    Excuse(
+        "warps", "_norm_bwd_row_sums_kernel", label="rms_norm_llama fwd+bwd 4096x16384", dtype="float32",
+        reason="the streamed backward's row-sums pass, recomputing rstd as it sums (a third accumulator), on "
+               "4096-element fp32 chunks: 72 registers a thread at 4 warps",
+        cost="28 resident warps per SM (72 registers per thread)",
+    ),
+    Excuse(
         "unmeasured", "_topk_kernel",
         reason="the merge passes read x at the columns the first pass's keys name; with launches recorded, not "
                "run, those keys are not real and the count strays outside x (the first pass is counted)",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from python_native.tools.verify import group_norm_dropout, indexing, linear_cross_entropy, reductions, rows
+from python_native.tools.verify import group_norm_dropout, indexing, linear_cross_entropy, model_ops, reductions, rows
 from python_native.tools.verify.samples import Driver
 
 DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **indexing.DRIVERS,
-                              **linear_cross_entropy.DRIVERS}
+                              **linear_cross_entropy.DRIVERS, **model_ops.DRIVERS}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}

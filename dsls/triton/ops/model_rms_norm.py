@@ -1,0 +1,146 @@
+"""``python_native::rms_norm`` and its backward on the Triton norm row kernels.
+
+The op is declared by ``python_native.ops``: the RMS norm transformers' modules write by hand, in
+their casting modes. Llama's (``weight_in_fp32`` off) normalizes in fp32, casts back to the
+input's dtype, then multiplies by ``weight`` (or ``offset + weight`` in the weight's dtype): the
+result's dtype promotes. Gemma's (``weight_in_fp32``) multiplies by ``offset + weight.float()`` in
+fp32 and casts the product back. The kernels are those of ``_fused_rms_norm`` with the weight
+offset and the casting rule as parameters (``kernels.norm``); the forward keeps no statistics,
+and the backward (gradients computed in fp32) recomputes each row's rstd from the input. Rows are
+independent, so leading dims that collapse to one row stride only in another order (q and k
+transposed to ``(batch, heads, seq, dim)`` before a q/k norm, as Gemma 3 does) are taken in that
+order, and the results keep the input's layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import NamedTuple
+
+import torch
+
+from python_native.ops import rms_norm_op  # noqa: F401  (declares the ops overridden here)
+from python_native_dsls.layout import Rows, as_rows
+from python_native_dsls.spec import runtime_import
+
+from ..plans.layout import MAX_NORM_BWD_COLS, MAX_NORM_COLS, row_fits
+from ..plans.rows import NormPlan, RmsMode, norm_plan
+from ..target import DSL_NAME
+from . import why
+from .planned import PlanOrReason, declared_spec
+
+Tensor = torch.Tensor
+
+
+class ModelNormPlan(NamedTuple):
+    norm: NormPlan  # of the input, its leading dims permuted by ``order``
+    mode: RmsMode
+    out_dtype: torch.dtype  # the forward's result
+    grad_rows: Rows | None  # the backward's grad_output (permuted likewise)
+    order: tuple[int, ...] | None  # None: the input's own dim order
+    inverse: tuple[int, ...] | None
+    copy_grad: bool = False  # grad_output's rows make no single stride in that order: copied first
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """The kernel module, imported (with triton) on the first launch rather than with the op."""
+    with runtime_import(DSL_NAME):
+        from python_native_dsls.triton.kernels import norm
+
+    return norm
+
+
+def _weight_reason(input: Tensor, weight: Tensor) -> str | None:
+    found = why.device(input, weight) or why.dtype(input) or why.dtype(weight, "weight dtype")
+    if found:
+        return found
+    if weight.shape != input.shape[-1:]:
+        return f"weight shape {tuple(weight.shape)} is not ({input.shape[-1] if input.ndim else 0},), the last dim"
+    return None if weight.is_contiguous() else "weight is not contiguous"
+
+
+def _row_order(t: Tensor) -> tuple[int, ...] | None:
+    """The leading dims by decreasing stride, the normalized dim last: q or k transposed to
+    ``(batch, heads, seq, dim)`` before its norm has rows that collapse to one stride in that
+    order only. None where that is the tensor's own order."""
+    lead = sorted(range(t.ndim - 1), key=lambda d: -t.stride(d))
+    return None if lead == list(range(t.ndim - 1)) else (*lead, t.ndim - 1)
+
+
+def _permuted(t: Tensor, order: tuple[int, ...] | None) -> Tensor:
+    return t if order is None else t.permute(order)
+
+
+def _rows(input: Tensor, max_cols: int) -> tuple[NormPlan, tuple[int, ...] | None] | str:
+    """The rows of ``input`` (in the dim order that makes them collapse) and that order, or why not."""
+    if not input.ndim:
+        return "a 0-d input"
+    plan = norm_plan(input, input.shape[-1:], max_cols)
+    order = None if plan is not None else _row_order(input)
+    if order is not None:
+        plan = norm_plan(input.permute(order), input.shape[-1:], max_cols)
+    if plan is not None:
+        return plan, order
+    return why.norm(input, input.shape[-1:], max_cols) or "input rows do not fit the kernels"
+
+
+def _plan(rows: tuple[NormPlan, tuple[int, ...] | None], eps: float, offset: float, weight_in_fp32: bool,
+          out_dtype: torch.dtype, grad_rows: Rows | None = None) -> ModelNormPlan:
+    norm, order = rows
+    inverse = None if order is None else tuple(order.index(d) for d in range(len(order)))
+    return ModelNormPlan(norm, RmsMode(eps, offset, not weight_in_fp32), out_dtype, grad_rows, order, inverse)
+
+
+def _forward(input: Tensor, weight: Tensor, eps: float, offset: float, weight_in_fp32: bool) -> ModelNormPlan | str:
+    found = _weight_reason(input, weight)
+    rows = found or _rows(input, MAX_NORM_COLS)
+    if isinstance(rows, str):
+        return rows
+    out = input.dtype if weight_in_fp32 else torch.promote_types(input.dtype, weight.dtype)
+    return _plan(rows, eps, offset, weight_in_fp32, out)
+
+
+def _backward(grad_output: Tensor, input: Tensor, weight: Tensor, eps: float, offset: float,
+              weight_in_fp32: bool) -> ModelNormPlan | str:
+    found = _weight_reason(input, weight) or why.device(grad_output) or why.dtype(grad_output, "grad_output dtype")
+    if not found and grad_output.shape != input.shape:
+        found = f"grad_output shape {tuple(grad_output.shape)} differs from the input's {tuple(input.shape)}"
+    rows = found or _rows(input, MAX_NORM_BWD_COLS)
+    if isinstance(rows, str):
+        return rows
+    grad_rows = as_rows(_permuted(grad_output, rows[1]), 1)
+    if grad_rows is None:  # rows in no single stride in the input's row order: one copy, cheaper than the reference
+        contiguous = rows[0].rows._replace(row_stride=rows[0].rows.n_cols, col_stride=1)
+        return _plan(rows, eps, offset, weight_in_fp32, grad_output.dtype, contiguous)._replace(copy_grad=True)
+    if not row_fits(grad_rows):
+        return why.rows(grad_rows, "grad_output rows") or "grad_output rows do not fit the kernels"
+    return _plan(rows, eps, offset, weight_in_fp32, grad_output.dtype, grad_rows)
+
+
+RMS_NORM = PlanOrReason(_forward)
+RMS_NORM_BACKWARD = PlanOrReason(_backward)
+
+
+def rms_norm_impl(input: Tensor, weight: Tensor, eps: float, offset: float = 0.0, weight_in_fp32: bool = False,
+                  plan: ModelNormPlan | None = None) -> Tensor:
+    plan = plan or RMS_NORM.require(input, weight, eps, offset, weight_in_fp32)
+    out = _kernels().run_rms_norm(_permuted(input, plan.order), plan.norm, weight, plan.mode, plan.out_dtype)
+    return _permuted(out, plan.inverse)
+
+
+def rms_norm_backward_impl(grad_output: Tensor, input: Tensor, weight: Tensor, eps: float, offset: float,
+                           weight_in_fp32: bool, plan: ModelNormPlan | None = None) -> tuple[Tensor, Tensor]:
+    plan = plan or RMS_NORM_BACKWARD.require(grad_output, input, weight, eps, offset, weight_in_fp32)
+    grad = _permuted(grad_output, plan.order)
+    grad = grad.contiguous() if plan.copy_grad else grad
+    dx, dw, _ = _kernels().backward(grad, plan.grad_rows, _permuted(input, plan.order), plan.norm.rows, None, None,
+                                    weight, (True, True, False), True, None, plan.mode)
+    return _permuted(dx, plan.inverse), dw
+
+
+OVERRIDES = [
+    declared_spec("rms_norm", RMS_NORM, rms_norm_impl, "rms_norm"),
+    declared_spec("rms_norm_backward", RMS_NORM_BACKWARD, rms_norm_backward_impl, "rms_norm", backward=True),
+]

@@ -1,0 +1,272 @@
+"""``patch`` and ``unpatch``: the rules' decisions over a model's modules, installed and undone.
+
+``patch`` walks ``model.named_modules()``. Each module goes to the module rules in order; the
+first plan wins, and a ``LeftAlone`` is reported when no rule takes the module. The modules no
+module rule took then show their forward's global names to the function rules (each function is
+matched once). Matching happens inside ``probe.session()`` (every DSL off). Then it installs:
+
+- a module's replacement as an instance attribute ``forward`` (``nn.Module.__call__`` finds it
+  before the class's; hooks run as before), wrapped to set the module scope;
+- a function's replacement as a dispatcher in its modeling module's globals, which serves only
+  patched callers; each caller's forward is wrapped to say so. Several patched models share a
+  dispatcher; the last ``unpatch`` puts the original function back.
+
+``unpatch`` removes exactly what ``patch`` installed, so the model computes bit for bit what it
+computed before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import threading
+import types
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from torch import nn
+
+from python_native.patching import probe, runtime
+from python_native.patching import rules as rules_
+from python_native.patching.report import PatchReport
+from python_native.patching.rules import LeftAlone, PatchRule
+
+log = logging.getLogger("python_native")
+
+_lock = threading.RLock()
+
+
+@dataclasses.dataclass
+class _Forward:
+    module: nn.Module
+    installed: Callable[..., Any]
+    had_own: bool  # the module had an instance ``forward`` before (restored on unpatch)
+    previous: Any
+
+
+@dataclasses.dataclass
+class _State:
+    report: PatchReport
+    forwards: list[_Forward]
+    functions: list[tuple[int, str]]  # keys of _functions
+
+
+_states: weakref.WeakKeyDictionary[nn.Module, _State] = weakref.WeakKeyDictionary()
+_functions: dict[tuple[int, str], list[Any]] = {}  # (id(globals), name) -> [globals, dispatcher, original, users]
+
+
+def is_patched(model: nn.Module) -> bool:
+    return model in _states
+
+
+def report_of(model: nn.Module) -> PatchReport | None:
+    state = _states.get(model)
+    return None if state is None else state.report
+
+
+def _selected(names: Iterable[str] | None) -> list[PatchRule]:
+    everything = rules_.registered()
+    if names is None:
+        return everything
+    names = [names] if isinstance(names, str) else list(names)
+    known = {r.name for r in everything}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"no patch rule is named {', '.join(map(repr, unknown))}; rules: {sorted(known)}")
+    return [r for r in everything if r.name in names]
+
+
+def _cache_key(module: nn.Module) -> tuple:
+    """What a module rule's answer can depend on: class, own parameters and buffers (shape, dtype,
+    device), children's classes and parameters, plain attributes. Equal keys share one probe."""
+
+    def tensors(m: nn.Module) -> tuple:
+        return tuple((n, tuple(t.shape), t.dtype, t.device) for n, t in [*m._parameters.items(), *m._buffers.items()]
+                     if t is not None)
+
+    plain = tuple(sorted((k, v) for k, v in vars(module).items()
+                         if not k.startswith("_") and isinstance(v, (int, float, str, bool, type(None)))))
+    children = tuple((n, type(c), tensors(c)) for n, c in module.named_children())
+    return type(module), tensors(module), children, plain
+
+
+def _ask(rule: PatchRule, target: Any) -> Any:
+    """The matcher's answer; a matcher that raises leaves the target alone, saying so."""
+    try:
+        return rule.matcher(target)
+    except Exception as e:  # one bad rule must not stop the others
+        return LeftAlone(f"the {rule.name} rule's matcher raised {type(e).__name__}: {e}")
+
+
+def _decide(module: nn.Module, rules: list[PatchRule], cache: dict) -> tuple[PatchRule | None, Any]:
+    """(rule, plan) for the first rule that takes ``module``; (rule, LeftAlone) or (None, None) otherwise."""
+    key = None
+    try:
+        key = _cache_key(module)
+        if key in cache:
+            return cache[key]
+    except TypeError:  # an unhashable attribute: no sharing
+        pass
+    answer: tuple[PatchRule | None, Any] = (None, None)
+    for rule in rules:
+        result = _ask(rule, module)
+        if result is None:
+            continue
+        if not isinstance(result, LeftAlone):
+            answer = (rule, result)
+            break
+        if answer[0] is None:
+            answer = (rule, result)
+    if key is not None:
+        cache[key] = answer
+    return answer
+
+
+def _describe(plan: Any) -> str:
+    describe = getattr(plan, "describe", None)
+    return describe() if callable(describe) else type(plan).__name__
+
+
+def _display_name(name: str, model: nn.Module) -> str:
+    return name or type(model).__name__
+
+
+def _called_functions(module: nn.Module) -> Iterable[tuple[dict, str, types.FunctionType]]:
+    """(globals, name, function) for each module-level Python function the class's forward calls by name."""
+    forward = inspect.unwrap(type(module).forward)
+    code, namespace = getattr(forward, "__code__", None), getattr(forward, "__globals__", None)
+    if code is None or namespace is None:
+        return
+    for name in code.co_names:
+        value = namespace.get(name)
+        value = getattr(value, "__python_native_original__", value)  # patched by another model already
+        if isinstance(value, types.FunctionType) and not (value.__module__ or "").startswith("torch"):
+            yield namespace, name, value
+
+
+def _match(model: nn.Module, rules: list[PatchRule], report: PatchReport, status: str) -> tuple[list, list]:
+    """The decisions: (name, module, rule, plan) for modules, (globals, name, function, rule, plan, callers)."""
+    module_rules = [r for r in rules if r.target == "module"]
+    function_rules = [r for r in rules if r.target == "function"]
+    taken, cache, function_answers, calls = [], {}, {}, {}
+    for name, module in model.named_modules():
+        if getattr(module.__dict__.get("forward"), runtime.MARK, None) is not None:
+            continue  # patched already (a shared module, or a submodule patched on its own)
+        display = _display_name(name, model)
+        rule, plan = _decide(module, module_rules, cache) if module_rules else (None, None)
+        if rule is not None and not isinstance(plan, LeftAlone):
+            if "forward" in module.__dict__:
+                plan = LeftAlone("its forward is replaced on the instance already (another library's wrapper)")
+            else:
+                taken.append((display, module, rule, plan))
+                report.add(rule.name, type(module).__name__, "module", status, _describe(plan), display, rule.ops)
+                continue
+        if isinstance(plan, LeftAlone):
+            report.add(rule.name, type(module).__name__, "module", "left alone", plan.reason, display, rule.ops)
+        if "forward" in module.__dict__:
+            continue
+        for namespace, fname, function in _called_functions(module):
+            if function not in function_answers:
+                function_answers[function] = next(
+                    ((r, a) for r in function_rules if (a := _ask(r, function)) is not None), (None, None))
+            frule, fplan = function_answers[function]
+            if frule is None:
+                continue
+            target = f"{function.__module__}.{function.__qualname__}"
+            verdict = ("left alone", fplan.reason) if isinstance(fplan, LeftAlone) else (status, _describe(fplan))
+            report.add(frule.name, target, "function", verdict[0], verdict[1], display, frule.ops)
+            if not isinstance(fplan, LeftAlone):
+                calls.setdefault((id(namespace), fname), [namespace, fname, function, frule, fplan, []])[5].append(
+                    (display, module))
+    return taken, list(calls.values())
+
+
+def _install_forward(state: _State, module: nn.Module, name: str, forward: Callable[..., Any], *,
+                     caller: bool = False) -> None:
+    had_own = "forward" in module.__dict__
+    installed = runtime.scoped(name, forward, caller=caller)
+    state.forwards.append(_Forward(module, installed, had_own, module.__dict__.get("forward")))
+    module.__dict__["forward"] = installed
+
+
+def _install(model: nn.Module, taken: list, functions: list, state: _State) -> None:
+    names = {id(m): _display_name(n, model) for n, m in model.named_modules()}
+    for display, module, rule, plan in taken:
+        replacement = rule.replacement(module, plan)
+        forwards = replacement if isinstance(replacement, Mapping) else {module: replacement}
+        for target, forward in forwards.items():
+            _install_forward(state, target, names.get(id(target), display), forward)
+    for namespace, fname, function, rule, plan, callers in functions:
+        key = (id(namespace), fname)
+        entry = _functions.get(key)
+        if entry is None or namespace.get(fname) is not entry[1]:
+            dispatcher = runtime.dispatcher(function, rule.replacement(function, plan))
+            entry = _functions[key] = [namespace, dispatcher, function, 0]
+            namespace[fname] = dispatcher
+        entry[3] += 1
+        state.functions.append(key)
+        for display, module in callers:
+            if "forward" not in module.__dict__:
+                _install_forward(state, module, display, module.forward, caller=True)
+
+
+def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool = False) -> PatchReport:
+    """Route ``model``'s recognised modules and functions to the package's ops, in place."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"pn.patch takes an nn.Module, got {type(model).__name__}")
+    selected = _selected(rules)
+    with _lock:
+        if model in _states:
+            return _states[model].report
+        report = PatchReport(type(model).__name__)
+        devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+        with probe.session(devices):
+            taken, functions = _match(model, selected, report, "would patch" if dry_run else "patched")
+        if dry_run:
+            return report
+        state = _State(report, [], [])
+        try:
+            _install(model, taken, functions, state)
+        except BaseException:
+            _undo(state)
+            raise
+        _states[model] = state
+    for entry in report.patched:
+        log.info("python_native: patched %s %s (%d) with rule %s: %s", entry.kind, entry.target, entry.instances,
+                 entry.rule, entry.detail)
+    return report
+
+
+def _undo(state: _State) -> None:
+    for installed in reversed(state.forwards):
+        module = installed.module
+        if module.__dict__.get("forward") is not installed.installed:
+            log.warning("python_native: unpatch: %s's forward was replaced after patching; left as it is",
+                        type(module).__name__)
+            continue
+        if installed.had_own:
+            module.__dict__["forward"] = installed.previous
+        else:
+            del module.__dict__["forward"]
+    for key in reversed(state.functions):
+        entry = _functions.get(key)
+        if entry is None:
+            continue
+        entry[3] -= 1
+        if entry[3] <= 0:
+            namespace, dispatcher, original, _ = _functions.pop(key)
+            name = key[1]
+            if namespace.get(name) is dispatcher:
+                namespace[name] = original
+
+
+def unpatch(model: nn.Module) -> bool:
+    """Undo ``patch(model)`` exactly; False when ``model`` is not patched."""
+    with _lock:
+        state = _states.pop(model, None)
+        if state is None:
+            return False
+        _undo(state)
+    return True

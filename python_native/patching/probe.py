@@ -1,0 +1,99 @@
+"""Probing: run a module and a candidate replacement on a small input and compare them bit for bit.
+
+Matchers confirm a replacement numerically rather than trusting names: the module's own forward
+and the candidate see the same random probe and must agree exactly (dtype, shape, every bit).
+``session()`` holds every DSL off while matchers run (aten's kernels and the declared ops'
+references only: what a patched model computes with the DSLs off), without gradients, with the
+random number generators forked (a probe never moves the user's random stream) and warnings muted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from python_native.core.registry import REGISTRY
+from python_native.foundations import dsl_registry
+
+SEED = 20240613
+
+
+@contextlib.contextmanager
+def session(devices: list[int] | None = None) -> Iterator[None]:
+    """Matchers run inside: every DSL off, no grad, forked RNG, warnings muted."""
+    names = list(dsl_registry.names())
+    token = REGISTRY.hold("dsl", names)
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices or []), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        REGISTRY.release("dsl", names, token)
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, device: Any = "cpu", scale: float = 1.0,
+          seed: int = SEED) -> torch.Tensor:
+    """A reproducible normal probe (drawn on the CPU, whatever the target device)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Bit for bit: tensors of one dtype and shape with equal elements, or tuples of them."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return all(same(x, y) for x, y in zip(a, b, strict=True))
+    return False
+
+
+def close(a: Any, b: Any, rtol: float = 1e-3, atol: float = 1e-3) -> bool:
+    """Near enough to say what a module computes, though not bit for bit (the report's near misses)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.allclose(a.float(), b.float(), rtol=rtol, atol=atol))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return all(close(x, y, rtol, atol) for x, y in zip(a, b, strict=True))
+    return False
+
+
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, or None where it raises (a candidate that cannot take the probe)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        return None
+
+
+def with_random_parameters(module: nn.Module, center: float = 1.0) -> nn.Module:
+    """A shallow copy of ``module`` whose own parameters are random (``center`` plus noise), so a
+    probe tells apart forwards that a weight of ones or zeros would make agree."""
+    twin = copy.copy(module)
+    twin._parameters = {
+        name: None if p is None else nn.Parameter(
+            center + randn(*p.shape, dtype=torch.float32, device=p.device, scale=0.5, seed=SEED + i).to(p.dtype),
+            requires_grad=False)
+        for i, (name, p) in enumerate(module._parameters.items())
+    }
+    twin.__dict__.pop("forward", None)
+    return twin
+
+
+def one_tensor_forward(module: nn.Module) -> bool:
+    """Whether the class's forward takes one required argument (the others have defaults)."""
+    try:
+        params = list(inspect.signature(type(module).forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(required) == 1
+
+
+def is_meta(module: nn.Module) -> bool:
+    return any(p.is_meta for p in module.parameters(recurse=True))

@@ -1,0 +1,87 @@
+"""What the model-patching tests share: tiny models, and stand-in overrides for the declared ops.
+
+Where a backend installs an override of a declared op at the CPU key (the Triton kernels, under
+the interpreter), that override serves the tests. Where none is installed, ``serving()`` registers
+a stand-in of the test DSL there, which computes the op's reference in plain torch without calling
+the op: the routing from a patched module through the dispatcher to an override is then proven
+all the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+import python_native as pn
+from conftest import TEST_DSL, always
+from python_native.core.registry import REGISTRY
+from python_native.ops import activation_op, gated_op, rms_norm_op, rotary_op
+from python_native.tools import tiny_models
+
+# public name -> the references of its forward and backward
+_REFERENCES = {
+    "rms_norm": (rms_norm_op._reference, rms_norm_op._reference_backward),
+    "swiglu": (gated_op._swiglu, gated_op._swiglu_backward),
+    "geglu": (gated_op._geglu, gated_op._geglu_backward),
+    "rotary": (rotary_op._reference, rotary_op._reference_backward),
+    "gelu_tanh": (activation_op._gelu_tanh, activation_op._gelu_tanh_backward),
+    "quick_gelu": (activation_op._quick_gelu, activation_op._quick_gelu_backward),
+}
+# op -> (reference kernel, public name, is a backward)
+STAND_INS = {
+    op: (impl, public, backward)
+    for public, (forward, backward_impl) in _REFERENCES.items()
+    for op, impl, backward in ((public, forward, False), (f"{public}_backward", backward_impl, True))
+}
+OURS = set(STAND_INS) | {"linear_cross_entropy.forward", "linear_cross_entropy.backward"}
+FAMILIES = ("llama", "qwen2", "gemma", "gpt2")
+
+
+def installed_at_cpu(op: str) -> bool:
+    slot = REGISTRY.slots.get(("python_native", op, "CPU"))
+    return slot is not None and any(o.dsl != TEST_DSL for o in slot.overrides)
+
+
+@contextlib.contextmanager
+def serving(everywhere: bool = False) -> Iterator[list[str]]:
+    """Stand-ins at the CPU key for the declared ops no backend serves there (``everywhere``: for
+    every declared op, behind any backend's override, for tests that switch the backends off);
+    yields their names."""
+    handles = []
+    try:
+        for op, (impl, public, backward) in STAND_INS.items():
+            if everywhere or not installed_at_cpu(op):
+                handles.append(pn.register_op_override(TEST_DSL, "python_native", op, "CPU", always, impl,
+                                                       public_name=public, backward=backward))
+        yield [h.op for h in handles]
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def aten_overrides_off():
+    """A scope holding off every override of an aten op: the numerical tests compare a patched model
+    with the unpatched one, and spare the interpreter the aten ops no patch changes (their own tests
+    check them); the declared ops keep their overrides."""
+    return pn.operations_disabled(*sorted({o.op for o in pn.overrides() if o.lib == "aten"}))
+
+
+def model(family: str, dtype: torch.dtype = torch.float32, **overrides) -> torch.nn.Module:
+    """The family's tiny causal LM, in eval mode (no dropout: runs compare bit for bit)."""
+    return tiny_models.build(family, dtype=dtype, **overrides).eval()
+
+
+def inputs(m: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return tiny_models.example_inputs(m, batch=2, seq=16)
+
+
+def step(m: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Loss and gradients of one training step (the gradients cleared before and after)."""
+    m.zero_grad(set_to_none=True)
+    loss = m(**batch).loss
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
+    m.zero_grad(set_to_none=True)
+    return loss.detach(), grads
