@@ -59,13 +59,13 @@ def test_registration_leaves_them_out_and_says_why(clean, monkeypatch):
     monkeypatch.setattr(REGISTRY, "register", lambda dsl, lib, op, key, cond, impl, **options: registered.append(op))
     measured = OverrideSpec("silu", lambda x: True, lambda x: x)
     skipped: dict[str, str] = {}
-    dsl_support.register_specs("triton", "CUDA", [measured, *reductions.OVERRIDES], skipped)
+    dsl_support.register_specs("triton", "CUDA", [measured, *reductions.FAMILY.specs], skipped)
     assert registered == ["silu"]
-    assert set(skipped) == {spec.op for spec in reductions.OVERRIDES}
-    assert all(not spec.measured and "not yet timed" in skipped[spec.op] for spec in reductions.OVERRIDES)
+    assert set(skipped) == {spec.op for spec in reductions.FAMILY.specs}
+    assert all(not spec.measured and "not yet timed" in skipped[spec.op] for spec in reductions.FAMILY.specs)
     registered.clear()
-    dsl_support.register_specs("triton", "CPU", reductions.OVERRIDES, {})
-    assert registered == [spec.op for spec in reductions.OVERRIDES]
+    dsl_support.register_specs("triton", "CPU", reductions.FAMILY.specs, {})
+    assert registered == [spec.op for spec in reductions.FAMILY.specs]
 
 
 def test_status_lists_the_reason(clean):

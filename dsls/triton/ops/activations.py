@@ -6,17 +6,13 @@ sharing shape and strides; broadcasting or gappy views go to aten.
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
+from collections.abc import Callable
 
 import torch
 
-from python_native.foundations.speckey import MISSING, SpecializationCache
-from python_native_dsls.layout import FLOAT_DTYPES
-from python_native_dsls.spec import OverrideSpec, runtime_import
+from python_native_dsls.family import Family, Op
 
 from ..plans.elementwise import ElementwisePlan, plan_elementwise
-from ..plans.layout import dense_like, fits_index, on_backend
 from ..target import DSL_NAME
 from . import why
 
@@ -26,134 +22,56 @@ _GELU_MODES = {"none": 1, "tanh": 2}  # values match python_native_dsls.triton.k
 _SILU = 0
 
 
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    with runtime_import(DSL_NAME):
-        from python_native_dsls.triton.kernels import activations
-
-    return activations
+def _mode(approximate: str) -> int | str:
+    """The kernels' code of a GELU ``approximate``, else why not."""
+    return _GELU_MODES.get(approximate, f"approximate={approximate!r} (takes 'none' or 'tanh')")
 
 
-def _input_ok(x: Tensor) -> bool:
-    return on_backend(x) and x.dtype in FLOAT_DTYPES and fits_index(x) and dense_like(x)
+def silu_plan_or_why(self: Tensor) -> ElementwisePlan | str:
+    return why.elementwise(self) or plan_elementwise(self, _SILU)
 
 
-def _pair_ok(x: Tensor, grad: Tensor) -> bool:
-    return (
-        on_backend(x, grad)
-        and x.dtype in FLOAT_DTYPES
-        and grad.dtype == x.dtype
-        and fits_index(x)
-        and dense_like(x, grad)
-    )
+def silu_backward_plan_or_why(grad_output: Tensor, self: Tensor) -> ElementwisePlan | str:
+    return why.elementwise(self, grad_output) or plan_elementwise(self, _SILU, grad_output)
 
 
-def _forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
-    return plan_elementwise(x, act) if _input_ok(x) else None
+def gelu_plan_or_why(self: Tensor, *, approximate: str) -> ElementwisePlan | str:
+    act = _mode(approximate)
+    return act if act.__class__ is str else why.elementwise(self) or plan_elementwise(self, act)
 
 
-def _backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
-    return plan_elementwise(x, act, grad) if _pair_ok(x, grad) else None
+def gelu_backward_plan_or_why(grad_output: Tensor, self: Tensor, *, approximate: str) -> ElementwisePlan | str:
+    act = _mode(approximate)
+    return act if act.__class__ is str else why.elementwise(self, grad_output) or plan_elementwise(self, act, grad_output)
 
 
-_FORWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_forward_plan, 4096)
-_BACKWARD_PLANS: SpecializationCache[ElementwisePlan | None] = SpecializationCache(_backward_plan, 4096)
-_forward_lookup = _FORWARD_PLANS.lookup
-_backward_lookup = _BACKWARD_PLANS.lookup
-
-
-def forward_plan(x: Tensor, act: int) -> ElementwisePlan | None:
-    """The plan where the kernel takes ``act(x)``, else None; cached per layout for real tensors."""
-    if x.__class__ is not Tensor:
-        return _forward_plan(x, act)
-    key = (x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu, act)
-    plan = _forward_lookup(key, MISSING)
-    return _FORWARD_PLANS.get(key, x, act) if plan is MISSING else plan
-
-
-def backward_plan(grad: Tensor, x: Tensor, act: int) -> ElementwisePlan | None:
-    """The plan where the kernel takes ``grad * act'(x)``, else None."""
-    if x.__class__ is not Tensor or grad.__class__ is not Tensor:
-        return _backward_plan(grad, x, act)
-    key = (
-        x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu,
-        grad.size(), grad.stride(), grad.dtype, grad.is_cuda, grad.is_cpu, act,
-    )
-    plan = _backward_lookup(key, MISSING)
-    return _BACKWARD_PLANS.get(key, grad, x, act) if plan is MISSING else plan
-
-
-# Conds return their plan (None: declined); the router hands it to the impl as ``plan``. An impl
-# called alone plans from the layout itself, without the cond's checks.
-
-
-def silu_cond(self: Tensor) -> ElementwisePlan | None:
-    return forward_plan(self, _SILU)
-
-
+# An impl called alone plans from the layout itself, without the cond's checks.
 def silu_impl(self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_forward(self, plan or plan_elementwise(self, _SILU))
-
-
-def silu_backward_cond(grad_output: Tensor, self: Tensor) -> ElementwisePlan | None:
-    return backward_plan(grad_output, self, _SILU)
+    return FAMILY.kernels().run_forward(self, plan or plan_elementwise(self, _SILU))
 
 
 def silu_backward_impl(grad_output: Tensor, self: Tensor, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_backward(grad_output, self, plan or plan_elementwise(self, _SILU, grad_output))
-
-
-def gelu_cond(self: Tensor, *, approximate: str) -> ElementwisePlan | None:
-    act = _GELU_MODES.get(approximate)
-    return None if act is None else forward_plan(self, act)
+    return FAMILY.kernels().run_backward(grad_output, self, plan or plan_elementwise(self, _SILU, grad_output))
 
 
 def gelu_impl(self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None) -> Tensor:
-    return _kernels().run_forward(self, plan or plan_elementwise(self, _GELU_MODES[approximate]))
+    return FAMILY.kernels().run_forward(self, plan or plan_elementwise(self, _GELU_MODES[approximate]))
 
 
-def gelu_backward_cond(grad_output: Tensor, self: Tensor, *, approximate: str) -> ElementwisePlan | None:
-    act = _GELU_MODES.get(approximate)
-    return None if act is None else backward_plan(grad_output, self, act)
+def gelu_backward_impl(grad_output: Tensor, self: Tensor, *, approximate: str,
+                       plan: ElementwisePlan | None = None) -> Tensor:
+    plan = plan or plan_elementwise(self, _GELU_MODES[approximate], grad_output)
+    return FAMILY.kernels().run_backward(grad_output, self, plan)
 
 
-def gelu_backward_impl(
-    grad_output: Tensor, self: Tensor, *, approximate: str, plan: ElementwisePlan | None = None
-) -> Tensor:
-    return _kernels().run_backward(
-        grad_output, self, plan or plan_elementwise(self, _GELU_MODES[approximate], grad_output)
-    )
+def _op(op: str, plan_or_why: Callable, impl: Callable, key: tuple[str, ...], name: str, bench: tuple[str, ...]) -> Op:
+    return Op(op, plan_or_why, impl, key, public_name=name, backward=op.endswith("_backward"), bench=bench)
 
 
-# Why a cond declined (asked by traced calls only): the same checks, one by one.
-
-
-def silu_explain(self: Tensor) -> str | None:
-    return why.elementwise(self)
-
-
-def silu_backward_explain(grad_output: Tensor, self: Tensor) -> str | None:
-    return why.elementwise(self, grad_output)
-
-
-def _mode(approximate: str) -> str | None:
-    return None if approximate in _GELU_MODES else f"approximate={approximate!r} (takes 'none' or 'tanh')"
-
-
-def gelu_explain(self: Tensor, *, approximate: str) -> str | None:
-    return _mode(approximate) or why.elementwise(self)
-
-
-def gelu_backward_explain(grad_output: Tensor, self: Tensor, *, approximate: str) -> str | None:
-    return _mode(approximate) or why.elementwise(self, grad_output)
-
-
-OVERRIDES = [
-    OverrideSpec.planned("silu", silu_cond, silu_impl, public_name="silu", explain=silu_explain),
-    OverrideSpec.planned("silu_backward", silu_backward_cond, silu_backward_impl, public_name="silu", backward=True,
-                          explain=silu_backward_explain),
-    OverrideSpec.planned("gelu", gelu_cond, gelu_impl, public_name="gelu", explain=gelu_explain),
-    OverrideSpec.planned("gelu_backward", gelu_backward_cond, gelu_backward_impl, public_name="gelu", backward=True,
-                          explain=gelu_backward_explain),
-]
+FAMILY = Family(DSL_NAME, "activations", [
+    _op("silu", silu_plan_or_why, silu_impl, ("self",), "silu", ("silu",)),
+    _op("silu_backward", silu_backward_plan_or_why, silu_backward_impl, ("grad_output", "self"), "silu", ("silu",)),
+    _op("gelu", gelu_plan_or_why, gelu_impl, ("self", "approximate"), "gelu", ("gelu", "gelu_tanh")),
+    _op("gelu_backward", gelu_backward_plan_or_why, gelu_backward_impl, ("grad_output", "self", "approximate"),
+        "gelu", ("gelu", "gelu_tanh")),
+], kernels="activations")

@@ -1,0 +1,60 @@
+"""What the norm families of both backends decide alike: layer norm's and RMS norm's checks, forward
+and backward, in the order their reasons are given (metadata only, FakeTensor safe).
+
+A backend passes its own ``why`` module, which knows its kernels' limits: ``device(*tensors)``,
+``norm_rows(x, normalized_shape, backward)`` (the rows, or why not), ``stats(stat, what, x, n_rows)``
+and ``rows(r, what)``, each a reason or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+import torch
+
+from python_native_dsls.layout import Rows, as_rows
+from python_native_dsls.reasons import param, same
+
+Tensor = torch.Tensor
+
+
+def forward_rows_or_why(why: ModuleType, x: Tensor, normalized_shape: Sequence[int],
+                        **params: Tensor | None) -> Rows | str:
+    """``x``'s rows where the forward kernels take ``x`` and the affine ``params`` (by name), else why not."""
+    found = why.device(x, *params.values())
+    if found:
+        return found
+    rows = why.norm_rows(x, normalized_shape, False)
+    if rows.__class__ is str:
+        return rows
+    for name, p in params.items():
+        found = found or param(p, name, normalized_shape, x)
+    return found or rows
+
+
+def backward_plan_or_why(
+    why: ModuleType, grad_out: Tensor, x: Tensor, normalized_shape: Sequence[int], output_mask: Sequence[bool],
+    stats: dict[str, Tensor], params: dict[str, Tensor | None],
+) -> tuple[Rows, Rows] | str:
+    """``(grad_out rows, input rows)`` where the backward kernels take the call, else why not.
+    ``params`` in ``output_mask`` order after the input's gradient (weight, then bias)."""
+    found = why.device(grad_out, x, *stats.values(), *params.values())
+    if found:
+        return found
+    rows = why.norm_rows(x, normalized_shape, True)
+    if rows.__class__ is str:
+        return rows
+    found = same(x, grad_out, "grad_out")
+    for name, p in params.items():
+        found = found or param(p, name, normalized_shape, x)
+    if found:
+        return found
+    # A parameter gradient is only asked for a parameter that exists.
+    for i, (name, p) in enumerate(params.items(), 1):
+        if output_mask[i] and p is None:
+            return f"a gradient asked for the {name}, which is None"
+    for name, stat in stats.items():
+        found = found or why.stats(stat, name, x, rows.n_rows)
+    grad_rows = as_rows(grad_out, len(normalized_shape))
+    return found or why.rows(grad_rows, "grad rows") or (grad_rows, rows)
