@@ -209,3 +209,15 @@ def test_variants_add_a_cell_per_variant(capsys):
     assert rows and all(set(r["variants_ms"]) == {"split", "streamed"} for r in rows)
     assert all(ms > 0 for r in rows for ms in r["variants_ms"].values())
     assert "split" in bench.format_row(bench.Row(**rows[0]))
+
+
+def test_every_row_reaches_the_ops_its_families_name():
+    """``--calibrate --ops`` times the aten ops behind each row: the op families name them (``Op.bench``)."""
+    from python_native.tools import bench
+
+    assert all(bench.symbols_of([op]) for op in bench.OPS), [op for op in bench.OPS if not bench.symbols_of([op])]
+    assert bench.symbols_of(["rms_norm"]) == ["_fused_rms_norm", "_fused_rms_norm_backward"]
+    assert bench.symbols_of(["gelu_tanh"]) == ["gelu", "gelu_backward"]
+    assert bench.symbols_of(["sum_dim0", "max_dim"]) == ["sum.dim_IntList", "max.dim"]
+    assert bench.symbols_of(["dropout"]) == ["native_dropout", "native_dropout_backward", "bernoulli_.float"]
+    assert bench.symbols_of(["index_add", "bmm_outer"]) == ["bmm", "index_add", "index_add_"]

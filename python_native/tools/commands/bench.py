@@ -111,23 +111,8 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
     if device != "cuda" and not args.allow_interpreter:
         return _fail("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
                      "it through Triton's interpreter; its table says nothing about speed)")
-    if ops:  # --ops names torch-level functions; calibrate the aten ops behind them
-        symbols = {
-            "rms_norm": ["_fused_rms_norm", "_fused_rms_norm_backward"],
-            "layer_norm": ["native_layer_norm", "native_layer_norm_backward"],
-            "softmax": ["_softmax", "_softmax_backward_data"],
-            "log_softmax": ["_log_softmax", "_log_softmax_backward_data"],
-            "silu": ["silu", "silu_backward"], "gelu": ["gelu", "gelu_backward"],
-            "gelu_tanh": ["gelu", "gelu_backward"], "bmm_outer": ["bmm"],
-            "sum": ["sum.dim_IntList"], "sum_dim0": ["sum.dim_IntList"], "mean": ["mean.dim"], "prod": ["prod.dim_int"],
-            "amax": ["amax"], "amin": ["amin"], "argmax": ["argmax"], "argmin": ["argmin"], "max_dim": ["max.dim"],
-            "min_dim": ["min.dim"],
-            "topk": ["topk"], "scatter_add": ["scatter_add", "scatter_add_"], "index_add": ["index_add", "index_add_"],
-            "group_norm": ["native_group_norm", "native_group_norm_backward"],
-            "group_norm_cl": ["native_group_norm", "native_group_norm_backward"],
-            "dropout": ["native_dropout", "native_dropout_backward", "bernoulli_.float"],
-        }
-        ops = [symbol for op in ops for symbol in symbols[op]]
+    if ops:  # --ops names torch-level functions; calibrate the aten ops behind them (the families name them)
+        ops = bench.symbols_of(ops)
 
     target = Path(args.output).expanduser().parent if args.output else calibration.sources.user_dir()
     problem = calibration.store.unwritable(target)
