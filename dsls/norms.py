@@ -8,7 +8,7 @@ and ``rows(r, what)``, each a reason or None.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import torch
@@ -58,3 +58,40 @@ def backward_plan_or_why(
         found = found or why.stats(stat, name, x, rows.n_rows)
     grad_rows = as_rows(grad_out, len(normalized_shape))
     return found or why.rows(grad_rows, "grad rows") or (grad_rows, rows)
+
+
+def layer_norm(why: ModuleType) -> tuple[Callable[..., Rows | str], Callable[..., tuple[Rows, Rows] | str]]:
+    """``(forward, backward)`` checks of ``native_layer_norm`` and its backward, with the ops' own
+    parameters: the input's rows (forward), ``(grad_out rows, input rows)`` (backward), or why not."""
+
+    def forward(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None,
+                eps: float) -> Rows | str:
+        return forward_rows_or_why(why, input, normalized_shape, weight=weight, bias=bias)
+
+    def backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor, rstd: Tensor,
+                 weight: Tensor | None, bias: Tensor | None, output_mask: Sequence[bool]) -> tuple[Rows, Rows] | str:
+        return backward_plan_or_why(why, grad_out, input, normalized_shape, output_mask,
+                                    {"mean": mean, "rstd": rstd}, {"weight": weight, "bias": bias})
+
+    return forward, backward
+
+
+def rms_norm(why: ModuleType) -> tuple[Callable[..., Rows | str], Callable[..., tuple[Rows, Rows] | str]]:
+    """``(forward, backward)`` checks of ``_fused_rms_norm`` and its backward, as ``layer_norm``'s."""
+
+    def forward(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> Rows | str:
+        return forward_rows_or_why(why, input, normalized_shape, weight=weight)
+
+    def backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor,
+                 weight: Tensor | None, output_mask: Sequence[bool]) -> tuple[Rows, Rows] | str:
+        return backward_plan_or_why(why, grad_out, input, normalized_shape, output_mask, {"rstd": rstd},
+                                    {"weight": weight})
+
+    return forward, backward
+
+
+def backward_rows(plan: tuple[Rows, Rows] | None, grad_out: Tensor, x: Tensor,
+                  normalized_shape: Sequence[int]) -> tuple[Rows, Rows]:
+    """A backward impl's ``(grad_out rows, input rows)``: its plan's, or (called without one) the layout's."""
+    n_inner = len(normalized_shape)
+    return plan or (as_rows(grad_out, n_inner), as_rows(x, n_inner))

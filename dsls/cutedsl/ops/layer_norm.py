@@ -37,9 +37,7 @@ def _flags(weight: Tensor | None, bias: Tensor | None) -> tuple[str, ...]:
     return tuple(name for name, p in (("weight", weight), ("bias", bias)) if p is not None)
 
 
-def forward_plan_or_why(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None,
-                        eps: float) -> Rows | str:
-    return norms.forward_rows_or_why(why, input, normalized_shape, weight=weight, bias=bias)
+forward_plan_or_why, backward_plan_or_why = norms.layer_norm(why)
 
 
 def layer_norm_impl(
@@ -60,20 +58,11 @@ def layer_norm_impl(
     return y.view(input.shape), mean.view(shape), rstd.view(shape)
 
 
-def backward_plan_or_why(
-    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor, rstd: Tensor,
-    weight: Tensor | None, bias: Tensor | None, output_mask: Sequence[bool],
-) -> tuple[Rows, Rows] | str:
-    return norms.backward_plan_or_why(why, grad_out, input, normalized_shape, output_mask,
-                                      {"mean": mean, "rstd": rstd}, {"weight": weight, "bias": bias})
-
-
 def layer_norm_backward_impl(
     grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor, rstd: Tensor,
     weight: Tensor | None, bias: Tensor | None, output_mask: Sequence[bool], plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    n_inner = len(normalized_shape)
-    grad_rows, rows = plan or (as_rows(grad_out, n_inner), as_rows(input, n_inner))
+    grad_rows, rows = norms.backward_rows(plan, grad_out, input, normalized_shape)
     run = launcher("norm_backward", input.dtype, input.dtype, rows.n_cols, input, *_flags(weight, bias))
     dx = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)
     n_ctas = backward_ctas(input, rows.n_rows)

@@ -33,9 +33,7 @@ from ._rows import (
 Tensor = torch.Tensor
 
 
-def forward_plan_or_why(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None,
-                        eps: float | None) -> Rows | str:
-    return norms.forward_rows_or_why(why, input, normalized_shape, weight=weight)
+forward_plan_or_why, backward_plan_or_why = norms.rms_norm(why)
 
 
 def rms_norm_impl(
@@ -55,20 +53,11 @@ def rms_norm_impl(
     return y.view(input.shape), rstd.view(stat_shape(input, input.ndim - n_inner))
 
 
-def backward_plan_or_why(
-    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor, weight: Tensor | None,
-    output_mask: Sequence[bool],
-) -> tuple[Rows, Rows] | str:
-    return norms.backward_plan_or_why(why, grad_out, input, normalized_shape, output_mask, {"rstd": rstd},
-                                      {"weight": weight})
-
-
 def rms_norm_backward_impl(
     grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor, weight: Tensor | None,
     output_mask: Sequence[bool], plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None]:
-    n_inner = len(normalized_shape)
-    grad_rows, rows = plan or (as_rows(grad_out, n_inner), as_rows(input, n_inner))
+    grad_rows, rows = norms.backward_rows(plan, grad_out, input, normalized_shape)
     flags = ("rms", "weight") if weight is not None else ("rms",)
     run = launcher("norm_backward", input.dtype, input.dtype, rows.n_cols, input, *flags)
     dx = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)

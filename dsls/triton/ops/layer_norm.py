@@ -8,7 +8,7 @@ import torch
 
 from python_native_dsls import norms
 from python_native_dsls.family import Family, Op
-from python_native_dsls.layout import Rows, as_rows
+from python_native_dsls.layout import Rows
 
 from ..plans.rows import NormPlan, norm_plan
 from ..target import DSL_NAME
@@ -22,9 +22,13 @@ def _stats_dtype(x: Tensor) -> torch.dtype:
     return x.dtype if x.is_cpu else torch.float32
 
 
+_rows_or_why, backward_plan_or_why = norms.layer_norm(why)
+
+
 def forward_plan_or_why(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, bias: Tensor | None,
                         eps: float) -> NormPlan | str:
-    found = norms.forward_rows_or_why(why, input, normalized_shape, weight=weight, bias=bias)
+    """The forward's launch plan where the kernels take the call, else why not."""
+    found = _rows_or_why(input, normalized_shape, weight, bias, eps)
     return found if found.__class__ is str else norm_plan(input, normalized_shape)
 
 
@@ -36,20 +40,11 @@ def layer_norm_impl(
     return FAMILY.kernels().run_forward(input, plan, weight, bias, eps, _stats_dtype(input), False)
 
 
-def backward_plan_or_why(
-    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor, rstd: Tensor,
-    weight: Tensor | None, bias: Tensor | None, output_mask: Sequence[bool],
-) -> tuple[Rows, Rows] | str:
-    return norms.backward_plan_or_why(why, grad_out, input, normalized_shape, output_mask, {"mean": mean, "rstd": rstd},
-                                      {"weight": weight, "bias": bias})
-
-
 def layer_norm_backward_impl(
     grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor, rstd: Tensor,
     weight: Tensor | None, bias: Tensor | None, output_mask: Sequence[bool], plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    n_inner = len(normalized_shape)
-    grad_rows, rows = plan or (as_rows(grad_out, n_inner), as_rows(input, n_inner))
+    grad_rows, rows = norms.backward_rows(plan, grad_out, input, normalized_shape)
     need = (bool(output_mask[0]), bool(output_mask[1]), bool(output_mask[2]))
     # The cond checked that the parameters are shaped like normalized_shape.
     dx, dw, db = FAMILY.kernels().backward(

@@ -17,7 +17,7 @@ import torch
 from python_native_dsls import norms
 from python_native_dsls.constants import DEFAULT_EPS
 from python_native_dsls.family import Family, Op
-from python_native_dsls.layout import Rows, as_rows
+from python_native_dsls.layout import Rows
 
 from ..plans.rows import NormPlan, norm_plan
 from ..target import DSL_NAME
@@ -26,9 +26,13 @@ from . import why
 Tensor = torch.Tensor
 
 
+_rows_or_why, backward_plan_or_why = norms.rms_norm(why)
+
+
 def forward_plan_or_why(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None,
                         eps: float | None) -> NormPlan | str:
-    found = norms.forward_rows_or_why(why, input, normalized_shape, weight=weight)
+    """The forward's launch plan where the kernels take the call, else why not."""
+    found = _rows_or_why(input, normalized_shape, weight, eps)
     return found if found.__class__ is str else norm_plan(input, normalized_shape)
 
 
@@ -42,20 +46,11 @@ def rms_norm_impl(
     return y, rstd
 
 
-def backward_plan_or_why(
-    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor, weight: Tensor | None,
-    output_mask: Sequence[bool],
-) -> tuple[Rows, Rows] | str:
-    return norms.backward_plan_or_why(why, grad_out, input, normalized_shape, output_mask, {"rstd": rstd},
-                                      {"weight": weight})
-
-
 def rms_norm_backward_impl(
     grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor, weight: Tensor | None,
     output_mask: Sequence[bool], plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None]:
-    n_inner = len(normalized_shape)
-    grad_rows, rows = plan or (as_rows(grad_out, n_inner), as_rows(input, n_inner))
+    grad_rows, rows = norms.backward_rows(plan, grad_out, input, normalized_shape)
     need = (bool(output_mask[0]), bool(output_mask[1]), False)
     dx, dw, _ = FAMILY.kernels().backward(
         grad_out, grad_rows, input, rows, None, rstd, weight, need, True, tuple(normalized_shape),
