@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from python_native_dsls.conds import make_cond, params_of
-from python_native_dsls.spec import OverrideSpec, runtime_import
+from python_native_dsls.spec import OverrideSpec, has_kernel, runtime_import
 
 PlanOrWhy = Callable[..., Any]  # (the op's arguments) -> a plan, or a str: why the kernels decline the call
 
@@ -82,17 +82,17 @@ def kernel_loader(dsl: str, module: str) -> Callable[[], ModuleType]:
     """The loader of kernel module ``module`` (a dotted path): imported on its first call under
     ``runtime_import(dsl)`` (an import that raises makes ``dsl`` unavailable, its calls go to
     aten, and the status report says why), then returned from a cache. One loader per module."""
-    loader = _loaders.get((dsl, module))
-    if loader is None:
+    found = _loaders.get((dsl, module))
+    if found is not None:
+        return found
 
-        @functools.cache
-        def loader() -> ModuleType:
-            with runtime_import(dsl):
-                return import_module(module)
+    @functools.cache
+    def kernels() -> ModuleType:
+        with runtime_import(dsl):
+            return import_module(module)
 
-        loader.__qualname__ = loader.__name__ = f"kernels_{module.rpartition('.')[2]}"
-        loader = _loaders.setdefault((dsl, module), loader)
-    return loader
+    kernels.__qualname__ = kernels.__name__ = f"kernels_{module.rpartition('.')[2]}"
+    return _loaders.setdefault((dsl, module), kernels)
 
 
 def forget_kernels() -> None:
@@ -107,8 +107,6 @@ def installable(families: Sequence[Family], key: str, skipped: dict[str, str]) -
     has none, and overriding only the forward would route ``F.rms_norm``'s backward to that missing
     kernel). A family left out goes into ``skipped`` with why; plans cached before are forgotten
     (they may have been decided for another device type)."""
-    from python_native_dsls.spec import has_kernel
-
     specs: list[OverrideSpec] = []
     for family in families:
         family.clear_plans()
