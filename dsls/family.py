@@ -147,8 +147,8 @@ class Family:
         for op in ops:
             try:
                 self._built[op.op] = self._build(op, names or {})
-            except ValueError as e:
-                self.problem = str(e)
+            except ValueError as e:  # an op this torch lacks, a bad key: named with the op
+                self.problem = str(e) if op.op in str(e) else f"{op.lib}::{op.op}: {e}"
                 self._built.clear()
                 break
 

@@ -1,9 +1,10 @@
-"""What the CuTe DSL row kernels accept, and the glue that launches them (metadata checks are FakeTensor safe).
+"""The limits of the CuTe DSL row kernels, and the glue that launches them.
 
 The kernels read ``n_rows x n_cols`` views with unit column stride and any row stride, so
 contiguous tensors and row slices of wider buffers run without a copy. Loops stride over each row,
 so there is no upper bound on the row length beyond 32-bit column indices; the grid has one CTA
-per row, so the row count is bounded by the grid's x limit.
+per row, so the row count is bounded by the grid's x limit (``why.rows`` checks both). Programs
+are compiled, or read from the kernel cache, through the one guarded loader of the compiler.
 """
 
 from __future__ import annotations
