@@ -1,6 +1,8 @@
 """DSL backends for python-native: each subpackage wraps one kernel DSL.
 
 Importing a backend never imports its DSL runtime; kernels are loaded on first use. The modules at
-this level are shared by every backend: ``spec`` (what an op library declares) and ``layout``
-(tensors seen as rows).
+this level are shared by every backend: ``family`` (op families as declarations, and the guarded
+kernel loader), ``conds`` (the conds generated from them), ``norms`` (the norm families' checks),
+``reasons`` (declines in words), ``spec`` (what an op library registers), ``layout`` (tensors seen
+as rows) and ``constants`` (aten's defaults, the SM count).
 """

@@ -6,10 +6,8 @@ contiguous tensors, row slices of wider buffers and the all-zero strides of expa
 without a copy. What each backend's kernels then accept of such a view (index widths, unit column
 strides, row lengths) is the backend's own check.
 
-Conds and impls share the analysis through per-layout caches: the cond of a call computes a row
-view once per ``(sizes, strides, dims)`` and the impl it selects finds it there instead of
-recomputing it. Only exact ``torch.Tensor`` layouts are cached (FakeTensors, whose sizes may be
-symbolic, are analysed directly: conds stay metadata-only).
+The analysis runs once per layout: in a family's ``plan_or_why``, whose result (the plan the impl
+receives, holding the row view) its cond caches per layout key (``python_native_dsls.family``).
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-
-from python_native.foundations.speckey import SpecializationCache
 
 FLOAT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
@@ -32,10 +28,6 @@ class Rows(NamedTuple):
     n_cols: int
     row_stride: int
     col_stride: int
-
-
-def float_dtype(t: torch.Tensor) -> bool:
-    return t.dtype in FLOAT_DTYPES
 
 
 def collapse(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int] | None:
@@ -53,14 +45,14 @@ def collapse(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, int] | 
     return numel, 1 if stride is None else stride
 
 
-def view_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
-    """``as_rows`` without its cache: for FakeTensors, and for plan builders that cache their own results."""
+def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
+    """View ``t`` as rows of its last ``n_inner`` dims, or None when no single stride pair fits."""
     if n_inner < 1 or n_inner > t.ndim:
         return None
     axis = t.ndim - n_inner
     if t.is_contiguous():
         n_cols = math.prod(t.shape[axis:])
-        return Rows(t.numel() // n_cols, n_cols, n_cols, 1) if n_cols else None
+        return Rows(t.numel() // n_cols, n_cols, n_cols, 1) if n_cols else Rows(math.prod(t.shape[:axis]), 0, 0, 1)
     sizes, strides = tuple(t.shape), t.stride()
     inner = collapse(sizes[axis:], strides[axis:])
     outer = collapse(sizes[:axis], strides[:axis])
@@ -69,32 +61,14 @@ def view_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
     return Rows(outer[0], inner[0], outer[1], inner[1])
 
 
-def _reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
+def reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
+    """Rows for a reduction over ``dim`` alone: every later dim must have size 1."""
     if t.ndim == 0 or not -t.ndim <= dim < t.ndim:
         return None
     dim %= t.ndim
     if any(size != 1 for size in t.shape[dim + 1 :]):
         return None
-    return view_rows(t, t.ndim - dim)
-
-
-_AS_ROWS: SpecializationCache[Rows | None] = SpecializationCache(view_rows, 4096)
-_REDUCED_ROWS: SpecializationCache[Rows | None] = SpecializationCache(_reduced_rows, 4096)
-_Tensor = torch.Tensor
-
-
-def as_rows(t: torch.Tensor, n_inner: int) -> Rows | None:
-    """View ``t`` as rows of its last ``n_inner`` dims, or None when no single stride pair fits."""
-    if type(t) is not _Tensor:
-        return view_rows(t, n_inner)
-    return _AS_ROWS.get((t.size(), t.stride(), n_inner), t, n_inner)
-
-
-def reduced_rows(t: torch.Tensor, dim: int) -> Rows | None:
-    """Rows for a reduction over ``dim`` alone: every later dim must have size 1."""
-    if type(t) is not _Tensor:
-        return _reduced_rows(t, dim)
-    return _REDUCED_ROWS.get((t.size(), t.stride(), dim), t, dim)
+    return as_rows(t, t.ndim - dim)
 
 
 def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | None:
@@ -108,14 +82,3 @@ def normalized_axis(t: torch.Tensor, normalized_shape: Sequence[int]) -> int | N
 def stat_shape(t: torch.Tensor, axis: int) -> list[int]:
     """Shape of per-row statistics as aten returns them: leading dims kept, the rest size 1."""
     return [*t.shape[:axis], *([1] * (t.ndim - axis))]
-
-
-def param_ok(p: torch.Tensor | None, size: tuple[int, ...], dtype: torch.dtype) -> bool:
-    """An optional affine parameter: absent, or contiguous with shape ``size`` and ``dtype``.
-    ``size`` is a tuple (a plan's ``param_size``), which a tensor's shape compares to without copies."""
-    return p is None or (p.dtype == dtype and p.shape == size and p.is_contiguous())
-
-
-def is_param(p: torch.Tensor | None, shape: Sequence[int], dtype: torch.dtype) -> bool:
-    """``param_ok`` for a shape given as any sequence (``normalized_shape`` may be a list)."""
-    return param_ok(p, tuple(shape), dtype)

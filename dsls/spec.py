@@ -45,12 +45,13 @@ class OverrideSpec:
     def planned(
         cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
         public_name: str | None = None, backward: bool = False,
-        explain: Callable[..., str | None] | None = None, **options: Any
+        explain: Callable[..., str | None] | None = None, lib: str = "aten", **options: Any
     ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
-        further registration options (``derive_variants``, ``priority``)."""
-        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured,
+        further registration options (``derive_variants``, ``priority``). Op families declare
+        their overrides through ``python_native_dsls.family``, which builds these."""
+        return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured, lib,
                    public_name=public_name, backward=backward, explain=explain)
 
 

@@ -242,3 +242,26 @@ def test_calibration_measures_the_model_ops(tmp_path):
         with pn.trace() as t:
             aten_op(symbol)(*_calibration_args()[symbol](x, torch.randn_like(x)))
         assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == symbol}, symbol
+
+
+def test_every_row_reaches_the_ops_its_families_name():
+    """``--calibrate --ops`` times the aten ops behind each row: the op families name them (``Op.bench``)."""
+    from python_native.tools import bench
+
+    assert all(bench.symbols_of([op]) for op in bench.OPS), [op for op in bench.OPS if not bench.symbols_of([op])]
+    assert bench.symbols_of(["rms_norm"]) == ["_fused_rms_norm", "_fused_rms_norm_backward"]
+    assert bench.symbols_of(["gelu_tanh"]) == ["gelu", "gelu_backward"]
+    assert bench.symbols_of(["sum_dim0", "max_dim"]) == ["sum.dim_IntList", "max.dim"]
+    assert bench.symbols_of(["dropout"]) == ["native_dropout", "native_dropout_backward", "bernoulli_.float"]
+    assert bench.symbols_of(["index_add", "bmm_outer"]) == ["bmm", "index_add", "index_add_"]
+
+
+def test_every_aten_op_of_the_families_can_be_calibrated():
+    """A family's op with no way to build its calibration call would never be timed, so never
+    installed on GPUs where it is marked unmeasured: the families and the builders agree."""
+    from python_native.tools.bench.calibrating import _calibration_args
+    from python_native_dsls.cutedsl.ops import families as cutedsl_families
+    from python_native_dsls.triton.ops import families as triton_families
+
+    declared = {b.spec.op for f in [*triton_families(), *cutedsl_families()] for b in f if b.spec.lib == "aten"}
+    assert declared <= set(_calibration_args()), declared - set(_calibration_args())

@@ -241,9 +241,9 @@ def test_rms_norm_explains_its_declines_where_it_is_not_installed():
     from python_native_dsls.triton.ops import rms_norm
 
     x = _randn(4, 8)
-    assert rms_norm.rms_norm_explain(x.double(), (8,), None, None).startswith("dtype float64")
-    assert rms_norm.rms_norm_explain(x, (4,), None, None) == "normalized_shape (4,) is not the trailing shape of (4, 8)"
-    assert rms_norm.rms_norm_explain(x, (8,), torch.ones(4, device=DEVICE), None) == "weight shape (4,) is not (8,)"
+    assert rms_norm.FAMILY["_fused_rms_norm"].explain(x.double(), (8,), None, None).startswith("dtype float64")
+    assert rms_norm.FAMILY["_fused_rms_norm"].explain(x, (4,), None, None) == "normalized_shape (4,) is not the trailing shape of (4, 8)"
+    assert rms_norm.FAMILY["_fused_rms_norm"].explain(x, (8,), torch.ones(4, device=DEVICE), None) == "weight shape (4,) is not (8,)"
 
 
 def test_the_unmeasured_triton_ops_are_installed_for_these_tests():
@@ -253,14 +253,19 @@ def test_the_unmeasured_triton_ops_are_installed_for_these_tests():
 
     if not runtime_available():
         pytest.skip("the Triton backend is unavailable here")
-    unmeasured = {s.op for m in (dropout, group_norm, reductions, scatter_add, topk) for s in m.OVERRIDES if not s.measured}
+    unmeasured = {s.op for m in (dropout, group_norm, reductions, scatter_add, topk) for s in m.FAMILY.specs if not s.measured}
     assert {"sum.dim_IntList", "topk", "scatter_add", "index_add_", "native_group_norm_backward"} <= unmeasured
     assert unmeasured <= set(pn.get_dsl_operations("triton"))
 
 
+_SYMBOLS = {"group_norm": "native_group_norm", "group_norm_backward": "native_group_norm_backward"}
+
+
 def _explained(module, name: str):
-    """A family's cond and explain by the cond's name (``module.NAME_cond``, ``module.NAME_explain``)."""
-    return getattr(module, f"{name}_cond"), getattr(module, f"{name}_explain")
+    """A family's cond and explanation by the op's short name (``sum``, ``index_add_``, ``group_norm``)."""
+    symbol = module.OPS[name][0] if module.__name__.endswith("reductions") else _SYMBOLS.get(name, name)
+    built = module.FAMILY[symbol]
+    return built.cond, built.explain
 
 
 def _accepted_calls():
@@ -346,12 +351,12 @@ def test_scatter_add_explains_the_deterministic_mode():
     from python_native_dsls.triton.ops import scatter_add
 
     args = (torch.zeros(4, device=DEVICE), 0, torch.tensor([0, 1], device=DEVICE), _randn(2))
-    assert scatter_add.scatter_add_explain(*args) is None
+    assert scatter_add.FAMILY["scatter_add"].explain(*args) is None
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        assert scatter_add.scatter_add_cond(*args) is None
-        assert scatter_add.scatter_add_explain(*args).startswith("deterministic algorithms are on")
+        assert scatter_add.FAMILY["scatter_add"].cond(*args) is None
+        assert scatter_add.FAMILY["scatter_add"].explain(*args).startswith("deterministic algorithms are on")
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 

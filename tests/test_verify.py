@@ -132,3 +132,19 @@ def test_dropout_is_judged_by_structure():
         handle.remove()
     dropout = next(r for r in report["rows"] if r["op"] == "native_dropout" and r["failures"])
     assert any("scale 2, expected" in f for f in dropout["failures"]), dropout["failures"]
+
+
+def test_every_declared_op_has_a_driver_that_knows_its_forward():
+    """Every op of every family is driven: a forward by its own driver, a backward through the driver
+    of the forward declared under the same public name (the families say which is which)."""
+    from python_native_dsls.cutedsl.ops import families as cutedsl_families
+    from python_native_dsls.triton.ops import families as triton_families
+
+    for family in [*triton_families(), *cutedsl_families()]:
+        forwards = {b.op.public_name: b.spec.op for b in family if not b.op.backward}
+        for built in family:
+            op = built.spec.op
+            if built.op.backward:
+                assert verify.FORWARD_OF.get(op) == forwards[built.op.public_name], (family.name, op)
+            else:
+                assert op in verify.DRIVERS, (family.name, op)

@@ -13,7 +13,7 @@ import functools
 from packaging.version import Version
 
 # The target facts live below everything else in the backend; callers outside it ask the package.
-from .target import DISTRIBUTION, DSL_NAME, MINIMUM_CAPABILITY, runtime_version  # noqa: F401
+from .target import DISTRIBUTION, DSL_NAME, MINIMUM_CAPABILITY, dispatch_key, runtime_version  # noqa: F401
 
 NAME = DSL_NAME
 MODULE = "cutlass"
@@ -58,7 +58,7 @@ def can_register() -> bool:
     """Whether overrides can be installed: cutlass-dsl and TVM-FFI present and torch built with CUDA.
 
     Cheaper than availability: it never initialises CUDA (this runs during ``import torch``). The
-    conds check each device's compute capability on first use instead (``ops._rows.on_cuda``).
+    conds check each device's compute capability on first use instead (``ops.why.device``).
     """
     if _install_problem() is not None:
         return False
@@ -79,12 +79,12 @@ def opted_in() -> bool:
 
 
 def register_overrides() -> list:
-    """Install every op of the library at the CUDA key; returns the handles."""
+    """Install every op of the library at its key (CUDA); returns the handles."""
     from python_native.panel import dsl_support
 
     from .ops import SKIPPED, all_overrides
 
-    handles = dsl_support.register_specs(NAME, "CUDA", all_overrides(), SKIPPED)
+    handles = dsl_support.register_specs(NAME, dispatch_key(), all_overrides(), SKIPPED)
     if handles and not opted_in():
         from python_native.panel import controller
 
@@ -93,7 +93,7 @@ def register_overrides() -> list:
 
 
 def skipped_overrides() -> dict[str, str]:
-    """Ops not installed here, each with why (for the status report)."""
+    """Op families (and single ops) not installed here, each with why (for the status report)."""
     from .ops import SKIPPED
 
     return dict(SKIPPED)

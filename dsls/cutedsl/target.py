@@ -19,3 +19,13 @@ def runtime_version() -> Version | None:
     from python_native.panel import dsl_support
 
     return dsl_support.installed_version(DISTRIBUTION)
+
+
+def dispatch_key() -> str:
+    """The backend key this DSL's overrides are installed at."""
+    return "CUDA"
+
+
+def device_type() -> str:
+    """The tensor device type this DSL's kernels accept (what every cond checks)."""
+    return "cuda"

@@ -79,10 +79,10 @@ def check(fn, inputs, differentiable, forward, backward):
         assert_matches(g, r.grad, t.grad, f"gradient {i}", grad=True)
 
 
-def planned(spec, *args):
-    """The impl of ``spec`` (a ``PlanOrReason``) on the plan its cond makes; the cond must take the call."""
-    plan = spec.cond(*args)
-    assert plan is not None, spec.explain(*args)
+def planned(op, *args):
+    """The plan ``op`` (one op of a family) makes for the call; its cond must take the call."""
+    plan = op.cond(*args)
+    assert plan is not None, op.explain(*args)
     return plan
 
 
@@ -93,11 +93,11 @@ MODES = {"llama": (0.0, False), "llama, 1 + weight": (1.0, False), "gemma": (1.0
 
 def _rms_norm_check(x, w, offset, weight_in_fp32, eps=1e-6):
     def forward(x, w):
-        return model_rms_norm.rms_norm_impl(x, w, eps, offset, weight_in_fp32,
-                                            plan=planned(model_rms_norm.RMS_NORM, x, w, eps, offset, weight_in_fp32))
+        plan = planned(model_rms_norm.FAMILY["rms_norm"], x, w, eps, offset, weight_in_fp32)
+        return model_rms_norm.rms_norm_impl(x, w, eps, offset, weight_in_fp32, plan=plan)
 
     def backward(dy, x, w):
-        plan = planned(model_rms_norm.RMS_NORM_BACKWARD, dy, x, w, eps, offset, weight_in_fp32)
+        plan = planned(model_rms_norm.FAMILY["rms_norm_backward"], dy, x, w, eps, offset, weight_in_fp32)
         return model_rms_norm.rms_norm_backward_impl(dy, x, w, eps, offset, weight_in_fp32, plan=plan)
 
     check(lambda x, w: rms_norm_reference(x, w, eps, offset, weight_in_fp32), [x, w], [True, True], forward, backward)
@@ -154,7 +154,7 @@ def _gated_check(name, gate, up):
     op, approximate = GATED[name]
     act = F.silu if approximate is None else (lambda t: F.gelu(t, approximate=approximate))
     extra = () if approximate is None else (approximate,)
-    fwd, bwd = (gated.SWIGLU, gated.SWIGLU_BACKWARD) if approximate is None else (gated.GEGLU, gated.GEGLU_BACKWARD)
+    fwd, bwd = gated.FAMILY[op], gated.FAMILY[f"{op}_backward"]
     impl, backward_impl = getattr(gated, f"{op}_impl"), getattr(gated, f"{op}_backward_impl")
 
     def forward(g, u):
@@ -179,7 +179,7 @@ def test_gated_interleaved_halves_and_an_expanded_gradient():
     gate, up = gate_up[:, ::2], gate_up[:, 1::2]  # column stride 2
     _gated_check("swiglu", gate, up)
     dy = torch.ones((), device=DEVICE).expand(4, 19)  # what ``out.sum().backward()`` hands the backward
-    dg, du = gated.swiglu_backward_impl(dy, gate, up, plan=planned(gated.SWIGLU_BACKWARD, dy, gate, up))
+    dg, du = gated.swiglu_backward_impl(dy, gate, up, plan=planned(gated.FAMILY["swiglu_backward"], dy, gate, up))
     torch.testing.assert_close(du, F.silu(gate))
     torch.testing.assert_close(dg, torch.ops.aten.silu_backward(up.contiguous(), gate))
 
@@ -192,17 +192,15 @@ def test_gated_separate_projections_and_a_row_slice():
 
 # ----- gelu_tanh, quick_gelu -----
 
-POINTWISE = {
-    "gelu_tanh": (gelu_tanh_reference, model_activations.GELU_TANH_FORWARD, model_activations.GELU_TANH_BACKWARD),
-    "quick_gelu": (quick_gelu_reference, model_activations.QUICK_GELU_FORWARD, model_activations.QUICK_GELU_BACKWARD),
-}
+POINTWISE = {"gelu_tanh": gelu_tanh_reference, "quick_gelu": quick_gelu_reference}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", POINTWISE)
 @pytest.mark.parametrize("layout", ["dense", "row view"])
 def test_pointwise(name, dtype, layout):
-    reference, fwd, bwd = POINTWISE[name]
+    reference = POINTWISE[name]
+    fwd, bwd = model_activations.FAMILY[name], model_activations.FAMILY[f"{name}_backward"]
     x = make(3, 77, dtype=dtype, requires_grad=False, scale=4.0)
     x = x if layout == "dense" else x[:, 5:60]
     impl = getattr(model_activations, f"{name}_impl")
@@ -213,7 +211,7 @@ def test_pointwise(name, dtype, layout):
 
 def test_pointwise_keeps_a_dense_layout():
     x = make(30, 7, requires_grad=False).t()
-    out = model_activations.quick_gelu_impl(x, plan=planned(model_activations.QUICK_GELU_FORWARD, x))
+    out = model_activations.quick_gelu_impl(x, plan=planned(model_activations.FAMILY["quick_gelu"], x))
     assert out.stride() == x.stride()
     torch.testing.assert_close(out, quick_gelu_reference(x))
 
@@ -246,11 +244,11 @@ def test_rotary(layout, dtype):
     q, k, cos, sin, dim = _rotary_inputs(layout, dtype)
 
     def forward(q, k, cos, sin):
-        return rotary.rotary_impl(q, k, cos, sin, dim, plan=planned(rotary.ROTARY, q, k, cos, sin, dim))
+        return rotary.rotary_impl(q, k, cos, sin, dim, plan=planned(rotary.FAMILY["rotary"], q, k, cos, sin, dim))
 
     def backward(gq, gk, q, k, cos, sin):
         return rotary.rotary_backward_impl(gq, gk, cos, sin, dim,
-                                           plan=planned(rotary.ROTARY_BACKWARD, gq, gk, cos, sin, dim))
+                                           plan=planned(rotary.FAMILY["rotary_backward"], gq, gk, cos, sin, dim))
 
     check(lambda q, k, c, s: rotary_reference(q, k, c, s, dim), [q, k, cos, sin], [True, True, False, False],
           forward, backward)
@@ -260,7 +258,7 @@ def test_rotary_backward_of_an_expanded_gradient():
     q, k, cos, sin, dim = _rotary_inputs(ROTARY_LAYOUTS[0], torch.float32)
     gq, gk = (torch.ones((), device=DEVICE).expand(t.shape) for t in (q, k))
     dq, dk = rotary.rotary_backward_impl(gq, gk, cos, sin, dim,
-                                         plan=planned(rotary.ROTARY_BACKWARD, gq, gk, cos, sin, dim))
+                                         plan=planned(rotary.FAMILY["rotary_backward"], gq, gk, cos, sin, dim))
     qq = q.detach().requires_grad_()
     rotary_reference(qq, k, cos, sin, dim)[0].sum().backward()
     torch.testing.assert_close(dq, qq.grad)
@@ -278,16 +276,16 @@ def test_rotary_keeps_the_layout_of_transposed_q():
 def test_declines_name_the_reason():
     x = make(4, 20, requires_grad=False)
     tangled = make(3, 4, 10, requires_grad=False).transpose(0, 1)  # leading dims that make no single row stride
-    assert "do not collapse to one row stride" in gated.SWIGLU.explain(tangled, tangled)
-    assert gated.SWIGLU.cond(tangled, tangled) is None
-    assert "differs" in gated.SWIGLU.explain(x[:, :10], x[:, :10].double())
-    assert "approximate='erf'" in gated.GEGLU.explain(x, x, "erf")
-    assert "weight shape (19,)" in model_rms_norm.RMS_NORM.explain(x, x[0, :19], 1e-6, 0.0, False)
-    assert "float64" in model_rms_norm.RMS_NORM.explain(x.double(), x[0].double(), 1e-6, 0.0, False)
+    assert "do not collapse to one row stride" in gated.FAMILY["swiglu"].explain(tangled, tangled)
+    assert gated.FAMILY["swiglu"].cond(tangled, tangled) is None
+    assert "differs" in gated.FAMILY["swiglu"].explain(x[:, :10], x[:, :10].double())
+    assert "approximate='erf'" in gated.FAMILY["geglu"].explain(x, x, "erf")
+    assert "weight shape (19,)" in model_rms_norm.FAMILY["rms_norm"].explain(x, x[0, :19], 1e-6, 0.0, False)
+    assert "float64" in model_rms_norm.FAMILY["rms_norm"].explain(x.double(), x[0].double(), 1e-6, 0.0, False)
     q = make(2, 3, 4, 6, requires_grad=False)
-    assert "even" in rotary.ROTARY.explain(q[..., :5], q[..., :5], q[0, 0, :, :5], q[0, 0, :, :5], 1)
-    assert "does not broadcast" in rotary.ROTARY.explain(q, q, make(5, 6, requires_grad=False),
+    assert "even" in rotary.FAMILY["rotary"].explain(q[..., :5], q[..., :5], q[0, 0, :, :5], q[0, 0, :, :5], 1)
+    assert "does not broadcast" in rotary.FAMILY["rotary"].explain(q, q, make(5, 6, requires_grad=False),
                                                          make(5, 6, requires_grad=False), 0)
-    assert "float64" in model_activations.QUICK_GELU_FORWARD.explain(x.double())
+    assert "float64" in model_activations.FAMILY["quick_gelu"].explain(x.double())
     with pytest.raises(ValueError, match="cannot take this call"):
         gated.swiglu_impl(tangled, tangled)

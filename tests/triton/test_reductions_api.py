@@ -17,6 +17,12 @@ pytestmark = requires_triton
 OPS = [op for _, op in CALLS.values()]
 
 
+def plan_for(op: str, x: torch.Tensor, dim: int, keepdim: bool):
+    """The cached plan of reduction ``op`` (``sum``, ``max``...) over ``dim``, through its cond."""
+    symbol, listed = reductions.OPS[op][0], reductions.OPS[op][4]
+    return reductions.FAMILY[symbol].cond(x, [dim] if listed else dim, keepdim)
+
+
 def fell_back(fn, *args) -> None:
     """``fn`` reached its aten op, which the override declined, and gives aten's result."""
     got, ref, t = both(fn, *args)
@@ -118,7 +124,7 @@ def test_long_reduced_axes_split_into_slices(monkeypatch):
     monkeypatch.setattr(plans, "STEP", 128)
     monkeypatch.setattr(plans, "MIN_SLICE", 128)
     monkeypatch.setattr(plans, "INNER_BLOCK", 4)
-    reductions._PLANS.clear()
+    reductions.FAMILY.clear_plans()
     try:
         rows, cols = make(2, 700, requires_grad=False), make(2, 300, 3, requires_grad=False)
         rows[0, 450] = NAN
@@ -126,26 +132,26 @@ def test_long_reduced_axes_split_into_slices(monkeypatch):
         cols[1, 10, 2] = NAN
         for x, dim in ((rows, 1), (cols, 1), (rows.t(), 0)):
             for name in CALLS:
-                assert reductions.plan_for(CALLS[name][1].split(".")[0], x, dim, False).n_slices > 1
+                assert plan_for(CALLS[name][1].split(".")[0], x, dim, False).n_slices > 1
                 check(name, (x.abs() * 0.01 + 0.995) if name == "prod" else x, dim)
     finally:
-        reductions._PLANS.clear()
+        reductions.FAMILY.clear_plans()
 
 
 def test_plans_are_cached_per_layout_and_fake_tensors_plan_alike():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     x = make(8, 300, requires_grad=False)
-    plan = reductions.plan_for("sum", x, 1, False)
-    assert reductions.plan_for("sum", x.clone(), 1, False) is plan
+    plan = plan_for("sum", x, 1, False)
+    assert plan_for("sum", x.clone(), 1, False) is plan
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(x)
-        planned = reductions.plan_for("sum", fake, 1, False)
+        planned = plan_for("sum", fake, 1, False)
     assert planned is not None and planned._replace(serial=0) == plan._replace(serial=0)
 
 
 def test_an_impl_called_without_a_plan_names_what_it_cannot_take():
     x = make(3, 4, requires_grad=False)
-    assert torch.equal(reductions.amax_impl(x, [1]), x.amax(1))
+    assert torch.equal(reductions.FAMILY["amax"].op.impl(x, [1]), x.amax(1))
     with pytest.raises(ValueError, match=r"amax: .*\(dim=\[0, 1\]"):
-        reductions.amax_impl(x, [0, 1])
+        reductions.FAMILY["amax"].op.impl(x, [0, 1])

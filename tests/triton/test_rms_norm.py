@@ -60,7 +60,7 @@ def test_kernels_match_aten(shape, dtype, affine):
     w = make(n, dtype=dtype, requires_grad=False) if affine else None
     dy = make(*shape, dtype=dtype, requires_grad=False)
     eps = 1e-6
-    assert rms.rms_norm_cond(x, [n], w, eps)
+    assert rms.FAMILY["_fused_rms_norm"].cond(x, [n], w, eps)
     out, rstd = rms.rms_norm_impl(x, [n], w, eps)
     ref_out, ref_rstd, ref_dx, ref_dw = _reference(x, w, [n], eps, dy)
     assert rstd.shape == ref_rstd.shape and rstd.dtype == ref_rstd.dtype == torch.float32
@@ -68,7 +68,7 @@ def test_kernels_match_aten(shape, dtype, affine):
     torch.testing.assert_close(rstd, ref_rstd)
 
     mask = [True, affine]
-    assert rms.rms_norm_backward_cond(dy, x, [n], rstd, w, mask)
+    assert rms.FAMILY["_fused_rms_norm_backward"].cond(dy, x, [n], rstd, w, mask)
     dx, dw = rms.rms_norm_backward_impl(dy, x, [n], rstd, w, mask)
     wide = _reference(x.double(), None if w is None else w.double(), [n], eps, dy.double())
     assert_matches(dx, ref_dx, wide[2], "dx", grad=True)
@@ -89,15 +89,15 @@ def test_default_eps_and_two_normalized_dims():
 
 def test_conds_decline_what_the_kernels_do_not_handle():
     x, w = make(4, 32, requires_grad=False), make(32, requires_grad=False)
-    assert rms.rms_norm_cond(x, [32], w, 1e-6)
-    assert not rms.rms_norm_cond(x.double(), [32], w.double(), 1e-6)
-    assert not rms.rms_norm_cond(x.half(), [32], w, 1e-6)  # mixed dtypes
-    assert not rms.rms_norm_cond(x, [16], None, 1e-6)  # shape does not end with normalized_shape
-    assert not rms.rms_norm_cond(make(3, 4, 32, requires_grad=False).transpose(0, 1), [32], w, 1e-6)
-    assert not rms.rms_norm_cond(x[:0], [32], w, 1e-6)  # empty
+    assert rms.FAMILY["_fused_rms_norm"].cond(x, [32], w, 1e-6)
+    assert not rms.FAMILY["_fused_rms_norm"].cond(x.double(), [32], w.double(), 1e-6)
+    assert not rms.FAMILY["_fused_rms_norm"].cond(x.half(), [32], w, 1e-6)  # mixed dtypes
+    assert not rms.FAMILY["_fused_rms_norm"].cond(x, [16], None, 1e-6)  # shape does not end with normalized_shape
+    assert not rms.FAMILY["_fused_rms_norm"].cond(make(3, 4, 32, requires_grad=False).transpose(0, 1), [32], w, 1e-6)
+    assert not rms.FAMILY["_fused_rms_norm"].cond(x[:0], [32], w, 1e-6)  # empty
     rstd = torch.ones(4, 1, device=x.device)
-    assert not rms.rms_norm_backward_cond(x, x, [32], rstd, None, [True, True])  # no weight to grad
-    assert not rms.rms_norm_backward_cond(x.half(), x, [32], rstd, w, [True, True])
+    assert not rms.FAMILY["_fused_rms_norm_backward"].cond(x, x, [32], rstd, None, [True, True])  # no weight to grad
+    assert not rms.FAMILY["_fused_rms_norm_backward"].cond(x.half(), x, [32], rstd, w, [True, True])
 
 
 @pytest.mark.skipif(not INSTALLED, reason="the backend key lacks a _fused_rms_norm_backward kernel")
@@ -113,12 +113,12 @@ def cpu_rms_kernels():
     calls: list[str] = []
 
     def forward(*args):
-        assert rms.rms_norm_cond(*args)
+        assert rms.FAMILY["_fused_rms_norm"].cond(*args)
         calls.append(FWD)
         return rms.rms_norm_impl(*args)
 
     def backward(*args):
-        assert rms.rms_norm_backward_cond(*args)
+        assert rms.FAMILY["_fused_rms_norm_backward"].cond(*args)
         calls.append(BWD)
         return rms.rms_norm_backward_impl(*args)
 
@@ -153,7 +153,7 @@ def _check_backward(x, w, dy, n, eps=1e-6):
         _, rstd = torch.ops.aten._fused_rms_norm(x, [n], w, eps)
     ref_out, ref_rstd, ref_dx, ref_dw = _reference(x, w, [n], eps, dy)
     mask = [True, w is not None]
-    assert rms.rms_norm_backward_cond(dy, x, [n], rstd, w, mask)
+    assert rms.FAMILY["_fused_rms_norm_backward"].cond(dy, x, [n], rstd, w, mask)
     dx, dw = rms.rms_norm_backward_impl(dy, x, [n], rstd, w, mask)
     wide = _reference(x.double(), None if w is None else w.double(), [n], eps, dy.double())
     assert_matches(dx, ref_dx, wide[2], "dx", grad=True)

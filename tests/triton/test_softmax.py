@@ -40,9 +40,7 @@ def test_long_rows_stream_in_chunks(kind, monkeypatch):
     for name in ("forward", "backward"):
         real = getattr(softmax_long, name)
         monkeypatch.setattr(softmax_long, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
-    plans = (softmax_ops._FORWARD_PLANS, softmax_ops._BACKWARD_PLANS)
-    for cache in plans:
-        cache.clear()
+    softmax_ops.FAMILY.clear_plans()
     try:
         fn, fwd, bwd = OPS[kind]
         x = make(3, 250, scale=4.0)
@@ -51,8 +49,7 @@ def test_long_rows_stream_in_chunks(kind, monkeypatch):
         compare(lambda x: fn(x, -1), [x], [fwd, bwd])
         assert {"forward", "backward"} <= set(ran)
     finally:
-        for cache in plans:
-            cache.clear()  # plans built under the shrunken limit must not outlive it
+        softmax_ops.FAMILY.clear_plans()  # plans built under the shrunken limit must not outlive it
 
 
 def test_strided_rows_and_transposed_input():
@@ -97,7 +94,7 @@ def test_half_to_float_kernels(log):
         ref = torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data
         torch.testing.assert_close(dx, ref(dy, y, 1, torch.float32).half())
     # Only CUDA has the half_to_float conversion; elsewhere the cond leaves it to aten.
-    assert bool(softmax_ops.softmax_cond(x, 1, True)) == (x.device.type == "cuda")
+    assert bool(softmax_ops.FAMILY["_softmax"].cond(x, 1, True)) == (x.device.type == "cuda")
 
 
 def test_reduced_rows_views():
@@ -120,19 +117,16 @@ def long_row_limits(monkeypatch):
     for name in ("forward", "backward"):
         real = getattr(softmax_long, name)
         monkeypatch.setattr(softmax_long, name, lambda *a, _real=real, _name=name: ran.append(_name) or _real(*a))
-    plans = (softmax_ops._FORWARD_PLANS, softmax_ops._BACKWARD_PLANS)
 
     def lower(single_max: int, slice_cols: int, max_slices: int = tuning.SOFTMAX_MAX_SLICES) -> None:
         monkeypatch.setattr(row_plans, "MAX_ROW_BLOCK", 32)  # rows past 32 are long rows (read when planning)
         monkeypatch.setattr(tuning, "SOFTMAX_SINGLE_MAX", single_max)
         monkeypatch.setattr(tuning, "SOFTMAX_SLICE", slice_cols)
         monkeypatch.setattr(tuning, "SOFTMAX_MAX_SLICES", max_slices)
-        for cache in plans:
-            cache.clear()
+        softmax_ops.FAMILY.clear_plans()
 
     yield lower
-    for cache in plans:
-        cache.clear()  # plans built under the lowered limit must not outlive it
+    softmax_ops.FAMILY.clear_plans()  # plans built under the lowered limit must not outlive it
     assert {"forward", "backward"} <= set(ran), "the long-row kernels never ran"
 
 

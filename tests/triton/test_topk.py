@@ -118,12 +118,12 @@ def test_wide_rows_are_narrowed_in_stages(monkeypatch, k, one_pass, chunk):
     limits make several stages run on rows the interpreter handles quickly."""
     monkeypatch.setattr(select, "ONE_PASS", one_pass)
     monkeypatch.setattr(select, "CHUNK", chunk)
-    topk_ops._PLANS.clear()
+    topk_ops.FAMILY.clear_plans()
     try:
         x = make(3, 9000 if one_pass == 4096 else 3000, requires_grad=False)
         x[0, 100], x[1, 2500:2600] = NAN, NAN
         x[2, 1000:1040] = 5.0  # ties across chunks
-        plan = topk_ops.topk_cond(x, k, -1, True, True)
+        plan = topk_ops.FAMILY["topk"].cond(x, k, -1, True, True)
         assert len(plan.stages) >= (2 if one_pass == 4096 else 3)
         for largest in (True, False):
             (values, indices), fired = traced(lambda largest=largest: torch.topk(x, k, largest=largest))
@@ -133,7 +133,7 @@ def test_wide_rows_are_narrowed_in_stages(monkeypatch, k, one_pass, chunk):
                 assert indices[1].tolist() == list(range(2500, 2500 + k))
                 assert indices[2].tolist() == list(range(1000, 1000 + k))
     finally:
-        topk_ops._PLANS.clear()
+        topk_ops.FAMILY.clear_plans()
 
 
 def test_gradient_matches_aten():

@@ -32,7 +32,7 @@ from python_native.features.kernel_cache import EntryKey, KernelCache, package_v
 from python_native.foundations import env, logs
 from python_native.foundations.speckey import SpecializationCache
 
-from ..target import runtime_version
+from ..target import DSL_NAME, dispatch_key, runtime_version
 from ..variant import Variant
 from . import norm, reduce, softmax
 
@@ -131,7 +131,7 @@ def source_hash() -> str:
 
 
 def entry_key(v: Variant, arch: str) -> EntryKey:
-    return EntryKey({"dsl": "cutedsl", "variant": v.describe(), "arch": arch, "versions": versions(),
+    return EntryKey({"dsl": DSL_NAME, "variant": v.describe(), "arch": arch, "versions": versions(),
                      "source": source_hash()})
 
 
@@ -145,7 +145,7 @@ def build(v: Variant, arch: str, cache: KernelCache | None = None) -> tuple[byte
     seconds = time.perf_counter() - start
     if logs.compile_logging():
         flags = "+".join(sorted(v.flags)) or "no flags"
-        logs.kernel_compiled("cutedsl", op_of(v), "CUDA", seconds, v.kernel,
+        logs.kernel_compiled(DSL_NAME, op_of(v), dispatch_key(), seconds, v.kernel,
                              detail=f"{arch}, {v.dtype} -> {v.out_dtype}, {v.threads} threads, {flags}, "
                                     + ("read from the kernel cache" if cached else "compiled"))
     return payload, cached, seconds * 1e3

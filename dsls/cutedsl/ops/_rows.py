@@ -1,34 +1,31 @@
-"""What the CuTe DSL row kernels accept, and the glue that launches them (metadata checks are FakeTensor safe).
+"""The limits of the CuTe DSL row kernels, and the glue that launches them.
 
 The kernels read ``n_rows x n_cols`` views with unit column stride and any row stride, so
 contiguous tensors and row slices of wider buffers run without a copy. Loops stride over each row,
 so there is no upper bound on the row length beyond 32-bit column indices; the grid has one CTA
-per row, so the row count is bounded by the grid's x limit.
+per row, so the row count is bounded by the grid's x limit (``why.rows`` checks both). Programs
+are compiled, or read from the kernel cache, through the one guarded loader of the compiler.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from python_native_dsls.layout import (
-    Rows,
-    as_rows,
-    float_dtype,
-    is_param,
-    normalized_axis,
-    reduced_rows,
-    stat_shape,
-)
-from python_native_dsls.spec import runtime_import
+from python_native_dsls.constants import sm_count
+from python_native_dsls.family import kernel_loader
+from python_native_dsls.layout import Rows, as_rows, reduced_rows, stat_shape
 
-from ..target import DSL_NAME, MINIMUM_CAPABILITY
+from ..target import DSL_NAME
 from ..variant import Variant
 
-__all__ = ["Rows", "as_rows", "float_dtype", "is_param", "normalized_axis", "reduced_rows", "stat_shape"]
+__all__ = ["Rows", "as_rows", "reduced_rows", "stat_shape"]
+
+# The one kernel module every family's impls reach (``FAMILY.kernels`` of each is this loader).
+KERNELS = "compiler"
+compiler = kernel_loader(DSL_NAME, f"python_native_dsls.cutedsl.kernels.{KERNELS}")
 
 MAX_ROWS = 2**31 - 1  # gridDim.x
 MAX_COLS = 2**31 - 1  # column indices are int32
@@ -55,42 +52,6 @@ def threads_of(name: str) -> int:
     raise ValueError(f"unknown size class {name!r}; expected one of {[c for c, _, _ in SIZE_CLASSES]}")
 
 
-def on_cuda(*tensors: torch.Tensor | None) -> bool:
-    """Every given tensor is on a CUDA device the kernels support (compute capability 8.0+)."""
-    for t in tensors:
-        if t is not None and (t.device.type != "cuda" or not _capable(t.device.index)):
-            return False
-    return True
-
-
-@functools.cache
-def _capable(index: int | None) -> bool:
-    return torch.cuda.get_device_capability(index) >= MINIMUM_CAPABILITY
-
-
-def unit_rows(r: Rows | None) -> bool:
-    """A non-empty row view the kernels can read: unit column stride, sizes within their limits."""
-    return (
-        r is not None
-        and 0 < r.n_rows <= MAX_ROWS
-        and 0 < r.n_cols <= MAX_COLS
-        and (r.col_stride == 1 or r.n_cols == 1)
-        and r.row_stride >= 0
-    )
-
-
-def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int]) -> Rows | None:
-    if not float_dtype(x) or normalized_axis(x, normalized_shape) is None:
-        return None
-    rows = as_rows(x, len(normalized_shape))
-    return rows if unit_rows(rows) else None
-
-
-def fp32_stats(stat: torch.Tensor, n_rows: int) -> bool:
-    """Saved per-row statistics as the kernels read them: a dense fp32 vector."""
-    return stat.dtype == torch.float32 and stat.numel() == n_rows and stat.is_contiguous()
-
-
 def matrix(t: torch.Tensor, r: Rows) -> torch.Tensor:
     """``t`` as the ``n_rows x n_cols`` view the kernels take (no copy)."""
     return t.as_strided((r.n_rows, r.n_cols), (r.row_stride, 1), t.storage_offset())
@@ -108,10 +69,7 @@ def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.
 
 @functools.cache
 def _arch(index: int | None) -> str:
-    with runtime_import(DSL_NAME):
-        from python_native_dsls.cutedsl.kernels.compiler import device_arch
-
-    return device_arch(index)
+    return compiler().device_arch(index)
 
 
 def arch(t: torch.Tensor) -> str:
@@ -119,15 +77,10 @@ def arch(t: torch.Tensor) -> str:
     return _arch(t.device.index)
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def backward_ctas(t: torch.Tensor, n_rows: int) -> int:
     """CTAs of a norm backward: a few per SM, each owning one fp32 row of parameter-gradient partials."""
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    return max(1, min(n_rows, 2 * _sm_count(index)))
+    return max(1, min(n_rows, 2 * sm_count(index)))
 
 
 def vector_flags(r: Rows, *tensors: torch.Tensor | None) -> tuple[str, ...]:
@@ -152,9 +105,6 @@ def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: in
     key = (kernel, dtype, out_dtype, threads, flags, like.device.index)
     fn = _launchers.get(key)
     if fn is None:
-        with runtime_import(DSL_NAME):
-            from python_native_dsls.cutedsl.kernels.compiler import function
-
         v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
-        fn = _launchers[key] = function(v, arch(like))
+        fn = _launchers[key] = compiler().function(v, arch(like))
     return fn

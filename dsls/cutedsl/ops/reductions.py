@@ -12,83 +12,78 @@ rows for them (``OverrideSpec.measured``), and the CuTe DSL installs disabled un
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.family import Family, Op
 
-from ._rows import (
-    DTYPE_NAMES,
-    SIZE_CLASSES,
-    float_dtype,
-    launcher,
-    matrix,
-    on_cuda,
-    reduced_rows,
-    threads_of,
-    unit_rows,
-    vector_flags,
-)
+from ..target import DSL_NAME
+from . import why
+from ._rows import DTYPE_NAMES, KERNELS, SIZE_CLASSES, Rows, launcher, matrix, reduced_rows, threads_of, vector_flags
 
 Tensor = torch.Tensor
 
+# aten symbol -> the kernel's reduction; the family is generated from it (sum and mean take ``dtype=``).
 KINDS = {"sum.dim_IntList": "sum", "mean.dim": "mean", "amax": "max", "amin": "min"}
+_DTYPED = frozenset({"sum.dim_IntList", "mean.dim"})
 
 
-def _dim(self: Tensor, dim: list[int] | None) -> int | None:
-    """The one reduced dim when the kernel takes it: the input's last non-trivial, unit-stride dim."""
-    if dim is None or len(dim) != 1 or not (on_cuda(self) and float_dtype(self)):
-        return None
+class RowReduce(NamedTuple):
+    """A reduction of each row: the rows, and the result's shape."""
+
+    rows: Rows
+    out_shape: tuple[int, ...]
+
+
+def plan_or_why(self: Tensor, dim: list[int] | None, keepdim: bool = False,
+                dtype: torch.dtype | None = None) -> RowReduce | str:
+    """The plan where the kernel reduces ``self`` over its one dim ``dim`` (the last of size > 1), else why not."""
+    if dim is None or len(dim) != 1:
+        return f"dim={None if dim is None else list(dim)}: the kernels reduce over exactly one dim"
+    found = why.device(self) or why.dtype(self)
+    if found:
+        return found
+    if dtype is not None and dtype != self.dtype:
+        return f"dtype={why.name(dtype)} (the kernels return the input's {why.name(self.dtype)})"
     d = dim[0]
-    return d if unit_rows(reduced_rows(self, d)) else None
-
-
-def sum_cond(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> bool:
-    return (dtype is None or dtype == self.dtype) and _dim(self, dim) is not None
-
-
-def minmax_cond(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> bool:
-    return _dim(self, dim) is not None
-
-
-def _reduce(kind: str, self: Tensor, dim: list[int], keepdim: bool) -> Tensor:
-    d = dim[0] % self.ndim
     rows = reduced_rows(self, d)
-    run = launcher("row_reduce", self.dtype, self.dtype, rows.n_cols, self, kind, *vector_flags(rows, self))
-    y = torch.empty(rows.n_rows, device=self.device, dtype=self.dtype)
-    run(matrix(self, rows), y)
-    shape = list(self.shape)
-    if keepdim:
-        shape[d] = 1
-    else:
-        del shape[d]
-    return y.view(shape)
+    found = why.reduced_dim(self, d) or why.rows(rows)
+    if found:
+        return found
+    d %= self.ndim
+    shape = tuple(self.shape)
+    return RowReduce(rows, shape[:d] + ((1,) if keepdim else ()) + shape[d + 1:])
 
 
-def sum_impl(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
-    return _reduce("sum", self, dim, keepdim)
+def _impl(op: str) -> Callable[..., Tensor]:
+    kind = KINDS[op]
+
+    def impl(self: Tensor, dim: list[int], keepdim: bool = False, dtype: torch.dtype | None = None,
+             plan: RowReduce | None = None) -> Tensor:
+        if plan is None:  # called without its cond: the dim's own rows
+            d = dim[0] % self.ndim
+            shape = tuple(self.shape)
+            plan = RowReduce(reduced_rows(self, d), shape[:d] + ((1,) if keepdim else ()) + shape[d + 1:])
+        rows = plan.rows
+        run = launcher("row_reduce", self.dtype, self.dtype, rows.n_cols, self, kind, *vector_flags(rows, self))
+        y = torch.empty(rows.n_rows, device=self.device, dtype=self.dtype)
+        run(matrix(self, rows), y)
+        return y.view(plan.out_shape)
+
+    impl.__name__ = impl.__qualname__ = f"{op.partition('.')[0]}_impl"
+    return impl
 
 
-def mean_impl(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Tensor:
-    return _reduce("mean", self, dim, keepdim)
+def _op(op: str) -> Op:
+    key = ("self", "dim if dim is None else tuple(dim)", "keepdim",
+                            *(("dtype",) if op in _DTYPED else ()), "self.get_device()")
+    return Op(op, plan_or_why, _impl(op), key, measured=False, options={"derive_variants": ("out",)},
+              bench=(op.partition(".")[0],))
 
 
-def amax_impl(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> Tensor:
-    return _reduce("max", self, dim, keepdim)
-
-
-def amin_impl(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> Tensor:
-    return _reduce("min", self, dim, keepdim)
-
-
-OVERRIDES = [
-    OverrideSpec(op, cond, impl, {"derive_variants": ("out",)}, measured=False)
-    for op, cond, impl in (
-        ("sum.dim_IntList", sum_cond, sum_impl),
-        ("mean.dim", sum_cond, mean_impl),
-        ("amax", minmax_cond, amax_impl),
-        ("amin", minmax_cond, amin_impl),
-    )
-]
+FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in KINDS], kernels=KERNELS)
 
 
 def precompile_variants() -> list[tuple[str, str, object]]:

@@ -1,4 +1,7 @@
-"""``_fused_rms_norm`` and ``_fused_rms_norm_backward`` on the CuTe DSL norm kernels (CUDA only)."""
+"""``_fused_rms_norm`` and ``_fused_rms_norm_backward`` on the CuTe DSL norm kernels (CUDA only).
+
+The plans are the input's row view (forward), and the gradient's and the input's (backward).
+"""
 
 from __future__ import annotations
 
@@ -6,44 +9,39 @@ from collections.abc import Sequence
 
 import torch
 
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls import norms
+from python_native_dsls.constants import DEFAULT_EPS
+from python_native_dsls.family import Family, Op
 
+from ..target import DSL_NAME
+from . import why
 from ._rows import (
     DTYPE_NAMES,
+    KERNELS,
     SIZE_CLASSES,
+    Rows,
     as_rows,
     backward_ctas,
-    fp32_stats,
-    is_param,
     launcher,
     matrix,
-    norm_rows,
-    on_cuda,
     placeholder,
     stat_shape,
     threads_of,
-    unit_rows,
     vector_flags,
 )
 
 Tensor = torch.Tensor
 
-DEFAULT_EPS = torch.finfo(torch.float32).eps  # aten's default when eps is None
 
-
-def rms_norm_cond(input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None) -> bool:
-    return (
-        on_cuda(input, weight)
-        and norm_rows(input, normalized_shape) is not None
-        and is_param(weight, normalized_shape, input.dtype)
-    )
+forward_plan_or_why, backward_plan_or_why = norms.rms_norm(why)
 
 
 def rms_norm_impl(
-    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None
+    input: Tensor, normalized_shape: Sequence[int], weight: Tensor | None, eps: float | None,
+    plan: Rows | None = None,
 ) -> tuple[Tensor, Tensor]:
     n_inner = len(normalized_shape)
-    rows = as_rows(input, n_inner)
+    rows = plan or as_rows(input, n_inner)
     flags = ("rms", "weight") if weight is not None else ("rms",)
     flags += vector_flags(rows, input, weight)
     run = launcher("norm_forward", input.dtype, input.dtype, rows.n_cols, input, *flags)
@@ -55,34 +53,11 @@ def rms_norm_impl(
     return y.view(input.shape), rstd.view(stat_shape(input, input.ndim - n_inner))
 
 
-def rms_norm_backward_cond(
-    grad_out: Tensor,
-    input: Tensor,
-    normalized_shape: Sequence[int],
-    rstd: Tensor,
-    weight: Tensor | None,
-    output_mask: Sequence[bool],
-) -> bool:
-    if not on_cuda(grad_out, input, rstd, weight):
-        return False
-    rows = norm_rows(input, normalized_shape)
-    if rows is None or grad_out.dtype != input.dtype or grad_out.shape != input.shape:
-        return False
-    if not is_param(weight, normalized_shape, input.dtype) or (output_mask[1] and weight is None):
-        return False
-    return fp32_stats(rstd, rows.n_rows) and unit_rows(as_rows(grad_out, len(normalized_shape)))
-
-
 def rms_norm_backward_impl(
-    grad_out: Tensor,
-    input: Tensor,
-    normalized_shape: Sequence[int],
-    rstd: Tensor,
-    weight: Tensor | None,
-    output_mask: Sequence[bool],
+    grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor, weight: Tensor | None,
+    output_mask: Sequence[bool], plan: tuple[Rows, Rows] | None = None,
 ) -> tuple[Tensor | None, Tensor | None]:
-    n_inner = len(normalized_shape)
-    rows = as_rows(input, n_inner)
+    grad_rows, rows = norms.backward_rows(plan, grad_out, input, normalized_shape)
     flags = ("rms", "weight") if weight is not None else ("rms",)
     run = launcher("norm_backward", input.dtype, input.dtype, rows.n_cols, input, *flags)
     dx = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)
@@ -92,26 +67,20 @@ def rms_norm_backward_impl(
         w = weight
     else:
         dw_part, w = placeholder(input, torch.float32, 2), placeholder(input, input.dtype)
-    run(
-        matrix(grad_out, as_rows(grad_out, n_inner)),
-        matrix(input, rows),
-        w,
-        placeholder(input, torch.float32),
-        rstd.view(rows.n_rows),
-        dx,
-        dw_part,
-        placeholder(input, torch.float32, 2),
-        n_ctas,
-    )
+    run(matrix(grad_out, grad_rows), matrix(input, rows), w, placeholder(input, torch.float32),
+        rstd.view(rows.n_rows), dx, dw_part, placeholder(input, torch.float32, 2), n_ctas)
     dw = dw_part.sum(0).view(weight.shape).to(weight.dtype) if output_mask[1] and weight is not None else None
     return (dx.view(input.shape) if output_mask[0] else None), dw
 
 
-OVERRIDES = [
-    OverrideSpec("_fused_rms_norm", rms_norm_cond, rms_norm_impl, public_name="rms_norm"),
-    OverrideSpec("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl,
-                 public_name="rms_norm", backward=True),
-]
+FAMILY = Family(DSL_NAME, "rms_norm", [
+    Op("_fused_rms_norm", forward_plan_or_why, rms_norm_impl,
+       ("input", "tuple(normalized_shape)", "weight", "input.get_device()"), public_name="rms_norm",
+       bench=("rms_norm",)),
+    Op("_fused_rms_norm_backward", backward_plan_or_why, rms_norm_backward_impl,
+       ("grad_out", "input", "tuple(normalized_shape)", "rstd", "weight", "tuple(output_mask)", "input.get_device()"),
+       public_name="rms_norm", backward=True, bench=("rms_norm",)),
+], kernels=KERNELS)
 
 
 def precompile_variants() -> list[tuple[str, str, object]]:

@@ -1,4 +1,4 @@
-"""The launcher every kernel goes through, and what the kernels share besides (a rounding cast, the SM count).
+"""The launcher every kernel goes through, and what the kernels share besides (a rounding cast).
 
 ``Launcher`` replaces ``kernel[grid](...)`` on the hot path. Triton's ``JITFunction.run`` binds and
 specializes every argument on every call; after the first launch of a variant the launcher keeps
@@ -13,7 +13,6 @@ interpreter, which is not thread-safe, launches are serialized.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 import types
@@ -42,11 +41,6 @@ def cast_out(x, dtype: tl.constexpr):
         bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
         x = bits.to(tl.float32, bitcast=True)
     return x.to(dtype)
-
-
-@functools.lru_cache(maxsize=16)
-def sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # ---------------------------------------------------------------------------------------------

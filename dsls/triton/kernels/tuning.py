@@ -155,6 +155,6 @@ def persistent_programs(device_index: int) -> int:
         return PROGRAMS_PER_SM * _planned_sm_count
     if device_index < 0:
         return INTERPRETER_PROGRAMS
-    from .launch import sm_count
+    from python_native_dsls.constants import sm_count
 
     return PROGRAMS_PER_SM * sm_count(device_index)

@@ -1,12 +1,17 @@
-"""The Triton op library: one module per op family, each listing its overrides."""
+"""The Triton op library: one module per op family, each declaring its ``FAMILY``.
+
+Every family is a ``python_native_dsls.family.Family``: its conds, explanations, plan caches and
+guarded kernel loader are built from its declaration, none written here or in the op modules.
+"""
 
 from __future__ import annotations
 
-from python_native_dsls.spec import OverrideSpec, has_kernel
+from python_native_dsls.family import Family, installable
+from python_native_dsls.spec import OverrideSpec
 
 from ..target import dispatch_key
 
-__all__ = ["SKIPPED", "OverrideSpec", "all_overrides"]
+__all__ = ["SKIPPED", "OverrideSpec", "all_overrides", "families"]
 
 
 # Families the last ``all_overrides()`` left out, and ops registration left out (unmeasured ones at a GPU
@@ -14,14 +19,8 @@ __all__ = ["SKIPPED", "OverrideSpec", "all_overrides"]
 SKIPPED: dict[str, str] = {}
 
 
-def all_overrides() -> list[OverrideSpec]:
-    """Every override of the library (op modules are light: no triton import).
-
-    A family is installed whole or not at all: an override needs a kernel at the dispatch key to
-    fall back to. On CPU builds ``_fused_rms_norm_backward`` has none, and overriding only the
-    forward there would route ``F.rms_norm``'s backward to that missing kernel.
-    """
-    from ..plans import layout
+def families() -> list[Family]:
+    """Every family of the library, declared or not installable here (op modules are light: no triton import)."""
     from . import (
         activations,
         bmm,
@@ -40,17 +39,15 @@ def all_overrides() -> list[OverrideSpec]:
         topk,
     )
 
-    layout.backend_device.cache_clear()
-    key = dispatch_key()
-    families = [layer_norm, rms_norm, softmax, activations, bmm, group_norm, dropout, reductions, topk, scatter_add,
-                linear_cross_entropy, model_rms_norm, gated, rotary, model_activations]
-    SKIPPED.clear()
-    specs = []
-    for family in families:
-        missing = next((f"{s.lib}::{s.op}" for s in family.OVERRIDES if not has_kernel(s.op, key, s.lib)), None)
-        if missing is None:
-            specs += family.OVERRIDES
-        else:
-            SKIPPED[family.__name__.rpartition(".")[2]] = f"{missing} has no kernel at {key} to fall back to"
-    return specs
+    modules = [layer_norm, rms_norm, softmax, activations, bmm, group_norm, dropout, reductions, topk, scatter_add,
+               linear_cross_entropy, model_rms_norm, gated, rotary, model_activations]
+    return [m.FAMILY for m in modules]
 
+
+def all_overrides() -> list[OverrideSpec]:
+    """Every override of the library installable at this backend's key (``family.installable``)."""
+    from ..plans import layout
+
+    layout.backend_device.cache_clear()
+    SKIPPED.clear()
+    return installable(families(), dispatch_key(), SKIPPED)

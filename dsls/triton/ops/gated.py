@@ -9,32 +9,20 @@ never copied, and so is an expanded gradient. Results are contiguous.
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import torch
 
 from python_native.ops import gated_op  # noqa: F401  (declares the ops overridden here)
-from python_native_dsls.spec import runtime_import
+from python_native_dsls.family import Family, Op
 
 from ..plans.elementwise import RowsPlan, plan_rows, unit_rows
 from ..target import DSL_NAME
 from . import why
-from .planned import PlanOrReason, declared_spec
 
 Tensor = torch.Tensor
+NAMESPACE = "python_native"
 
 SILU = 0
 GELU_MODES = {"none": 1, "tanh": 2}  # values match python_native_dsls.triton.kernels.activations
-
-
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    with runtime_import(DSL_NAME):
-        from python_native_dsls.triton.kernels import activations
-
-    return activations
 
 
 def _gated(act: int | None, approximate: str, *named: tuple[str, Tensor]) -> RowsPlan | str:
@@ -49,50 +37,50 @@ def _gated(act: int | None, approximate: str, *named: tuple[str, Tensor]) -> Row
     return plan or f"rows of {tensors[0].shape[-1]} columns exceed the kernels' grid"
 
 
-def _swiglu_plan(gate: Tensor, up: Tensor) -> RowsPlan | str:
+def swiglu_plan_or_why(gate: Tensor, up: Tensor) -> RowsPlan | str:
     return _gated(SILU, "", ("gate", gate), ("up", up))
 
 
-def _swiglu_backward_plan(grad_output: Tensor, gate: Tensor, up: Tensor) -> RowsPlan | str:
+def swiglu_backward_plan_or_why(grad_output: Tensor, gate: Tensor, up: Tensor) -> RowsPlan | str:
     return _gated(SILU, "", ("gate", gate), ("up", up), ("grad_output", grad_output))
 
 
-def _geglu_plan(gate: Tensor, up: Tensor, approximate: str) -> RowsPlan | str:
+def geglu_plan_or_why(gate: Tensor, up: Tensor, approximate: str) -> RowsPlan | str:
     return _gated(GELU_MODES.get(approximate), approximate, ("gate", gate), ("up", up))
 
 
-def _geglu_backward_plan(grad_output: Tensor, gate: Tensor, up: Tensor, approximate: str) -> RowsPlan | str:
+def geglu_backward_plan_or_why(grad_output: Tensor, gate: Tensor, up: Tensor, approximate: str) -> RowsPlan | str:
     return _gated(GELU_MODES.get(approximate), approximate, ("gate", gate), ("up", up), ("grad_output", grad_output))
 
 
-SWIGLU = PlanOrReason(_swiglu_plan)
-SWIGLU_BACKWARD = PlanOrReason(_swiglu_backward_plan)
-GEGLU = PlanOrReason(_geglu_plan)
-GEGLU_BACKWARD = PlanOrReason(_geglu_backward_plan)
-
-
 def swiglu_impl(gate: Tensor, up: Tensor, plan: RowsPlan | None = None) -> Tensor:
-    return _kernels().run_forward(gate, plan or SWIGLU.require(gate, up), up)
+    return FAMILY.kernels().run_forward(gate, plan or FAMILY["swiglu"].require(gate, up), up)
 
 
 def swiglu_backward_impl(grad_output: Tensor, gate: Tensor, up: Tensor,
                          plan: RowsPlan | None = None) -> tuple[Tensor, Tensor]:
-    return _kernels().run_backward(grad_output, gate, plan or SWIGLU_BACKWARD.require(grad_output, gate, up), up)
+    plan = plan or FAMILY["swiglu_backward"].require(grad_output, gate, up)
+    return FAMILY.kernels().run_backward(grad_output, gate, plan, up)
 
 
 def geglu_impl(gate: Tensor, up: Tensor, approximate: str = "none", plan: RowsPlan | None = None) -> Tensor:
-    return _kernels().run_forward(gate, plan or GEGLU.require(gate, up, approximate), up)
+    return FAMILY.kernels().run_forward(gate, plan or FAMILY["geglu"].require(gate, up, approximate), up)
 
 
 def geglu_backward_impl(grad_output: Tensor, gate: Tensor, up: Tensor, approximate: str,
                         plan: RowsPlan | None = None) -> tuple[Tensor, Tensor]:
-    plan = plan or GEGLU_BACKWARD.require(grad_output, gate, up, approximate)
-    return _kernels().run_backward(grad_output, gate, plan, up)
+    plan = plan or FAMILY["geglu_backward"].require(grad_output, gate, up, approximate)
+    return FAMILY.kernels().run_backward(grad_output, gate, plan, up)
 
 
-OVERRIDES = [
-    declared_spec("swiglu", SWIGLU, swiglu_impl, "swiglu"),
-    declared_spec("swiglu_backward", SWIGLU_BACKWARD, swiglu_backward_impl, "swiglu", backward=True),
-    declared_spec("geglu", GEGLU, geglu_impl, "geglu"),
-    declared_spec("geglu_backward", GEGLU_BACKWARD, geglu_backward_impl, "geglu", backward=True),
-]
+FAMILY = Family(DSL_NAME, "gated", [
+    Op("swiglu", swiglu_plan_or_why, swiglu_impl, ("gate", "up"), public_name="swiglu", measured=False,
+       lib=NAMESPACE, bench=("swiglu", "swiglu_chunked")),
+    Op("swiglu_backward", swiglu_backward_plan_or_why, swiglu_backward_impl, ("grad_output", "gate", "up"),
+       public_name="swiglu", backward=True, measured=False, lib=NAMESPACE, bench=("swiglu", "swiglu_chunked")),
+    Op("geglu", geglu_plan_or_why, geglu_impl, ("gate", "up", "approximate"), public_name="geglu", measured=False,
+       lib=NAMESPACE, bench=("geglu",)),
+    Op("geglu_backward", geglu_backward_plan_or_why, geglu_backward_impl,
+       ("grad_output", "gate", "up", "approximate"), public_name="geglu", backward=True, measured=False,
+       lib=NAMESPACE, bench=("geglu",)),
+], kernels="activations")

@@ -4,75 +4,85 @@ The op is declared by ``python_native.ops``; these overrides shadow its chunked 
 backend key. They run the same chunk loops (``python_native.ops.cross_entropy_chunks``: a GEMM per
 chunk of logits, never the whole matrix) with Triton kernels doing each chunk's row work in one
 pass and in place, where the reference spends several chunk-sized temporaries in plain torch.
+Nothing is planned ahead (the chunk loops size themselves per call): a call the kernels take has
+the plan ``True``.
 """
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import torch
 
 from python_native.ops import linear_cross_entropy_op as op
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.family import Family, Op
 
-from ..plans.layout import on_backend
+from ..target import DSL_NAME
+from . import why
 
 Tensor = torch.Tensor
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 NAMESPACE = "python_native"
 
 
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first call rather than with the op."""
-    from python_native_dsls.triton.kernels import cross_entropy
-
-    return cross_entropy
-
-
-def _shapes_ok(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None) -> bool:
+def _shapes_why(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, reduction: str) -> str | None:
     """What the kernels take: 2-D input and weight of one kernel dtype, 1-D int64 targets (metadata only)."""
-    dtype = input.dtype
-    return (
-        dtype in DTYPES and weight.dtype == dtype and input.dim() == 2 and weight.dim() == 2
-        and input.shape[1] == weight.shape[1] and 0 < weight.shape[0] < 2**31
-        and target.dim() == 1 and target.shape[0] == input.shape[0] and target.dtype == torch.int64
-        and (bias is None or (bias.dtype == dtype and bias.dim() == 1 and bias.shape[0] == weight.shape[0]))
-        and on_backend(input, weight, target, bias)
-    )
+    found = why.device(input, weight, target, bias)
+    if found:
+        return found
+    if input.dtype not in DTYPES:
+        return f"dtype {why.name(input.dtype)} (the kernels take {why.names(DTYPES)})"
+    if reduction not in op.REDUCTIONS:
+        return f"reduction={reduction!r} (takes {', '.join(op.REDUCTIONS)})"
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype != input.dtype:
+            return f"{name} dtype {why.name(t.dtype)} differs from the input's {why.name(input.dtype)}"
+    if input.dim() != 2 or weight.dim() != 2 or input.shape[1] != weight.shape[1]:
+        return f"input {tuple(input.shape)} and weight {tuple(weight.shape)} are not (tokens, hidden), (vocabulary, hidden)"
+    if not 0 < weight.shape[0] < 2**31:
+        return f"a vocabulary of {weight.shape[0]} (the kernels take 1 to 2**31 - 1)"
+    if target.dim() != 1 or target.shape[0] != input.shape[0] or target.dtype != torch.int64:
+        return f"target {why.name(target.dtype)} {tuple(target.shape)} is not {input.shape[0]} int64 class indices"
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
+        return f"bias shape {tuple(bias.shape)} is not ({weight.shape[0]},)"
+    return None
 
 
-def forward_cond(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, reduction: str,
-                 ignore_index: int, label_smoothing: float) -> bool:
-    return reduction in op.REDUCTIONS and 0.0 <= label_smoothing <= 1.0 and _shapes_ok(input, weight, target, bias)
+def forward_plan_or_why(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, reduction: str,
+                        ignore_index: int, label_smoothing: float) -> bool | str:
+    if not 0.0 <= label_smoothing <= 1.0:
+        return f"label_smoothing = {label_smoothing} is outside [0, 1]"
+    return _shapes_why(input, weight, target, bias, reduction) or True
 
 
 def forward_impl(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, reduction: str,
-                 ignore_index: int, label_smoothing: float) -> tuple[Tensor, Tensor]:
+                 ignore_index: int, label_smoothing: float, plan: bool = True) -> tuple[Tensor, Tensor]:
     return op.run_forward(input, weight, target, bias, reduction, ignore_index, label_smoothing,
-                          _kernels().forward_rows)
+                          FAMILY.kernels().forward_rows)
 
 
-def backward_cond(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, lse: Tensor,
-                  reduction: str, ignore_index: int, label_smoothing: float, output_mask: list[bool]) -> bool:
-    return (
-        reduction in op.REDUCTIONS and _shapes_ok(input, weight, target, bias)
-        and lse.dtype == torch.float32 and lse.shape == target.shape and on_backend(grad, lse)
-    )
+def backward_plan_or_why(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None,
+                         lse: Tensor, reduction: str, ignore_index: int, label_smoothing: float,
+                         output_mask: list[bool]) -> bool | str:
+    found = why.device(grad, lse) or _shapes_why(input, weight, target, bias, reduction)
+    if found:
+        return found
+    if lse.dtype != torch.float32 or lse.shape != target.shape:
+        return f"lse {why.name(lse.dtype)} {tuple(lse.shape)} is not one float32 per token"
+    return True
 
 
 def backward_impl(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, lse: Tensor,
                   reduction: str, ignore_index: int, label_smoothing: float, output_mask: list[bool],
-                  ) -> tuple[Tensor, Tensor, Tensor]:
+                  plan: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     return op.run_backward(grad, input, weight, target, bias, lse, reduction, ignore_index, label_smoothing,
-                           output_mask, _kernels().backward_rows)
+                           output_mask, FAMILY.kernels().backward_rows)
 
 
-OVERRIDES = [
-    OverrideSpec("linear_cross_entropy.forward", forward_cond, forward_impl, lib=NAMESPACE,
-                 public_name="linear_cross_entropy"),
-    OverrideSpec("linear_cross_entropy.backward", backward_cond, backward_impl, lib=NAMESPACE,
-                 public_name="linear_cross_entropy", backward=True),
-]
+FAMILY = Family(DSL_NAME, "linear_cross_entropy", [
+    Op("linear_cross_entropy.forward", forward_plan_or_why, forward_impl,
+       ("input", "weight", "target", "bias", "reduction", "0.0 <= label_smoothing <= 1.0"), lib=NAMESPACE,
+       public_name="linear_cross_entropy"),
+    Op("linear_cross_entropy.backward", backward_plan_or_why, backward_impl,
+       ("grad", "input", "weight", "target", "bias", "lse", "reduction"), lib=NAMESPACE,
+       public_name="linear_cross_entropy", backward=True),
+], kernels="cross_entropy")

@@ -9,74 +9,62 @@ expanded gradient among them) give contiguous results.
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import torch
 
 from python_native.ops import activation_op  # noqa: F401  (declares the ops overridden here)
-from python_native_dsls.spec import runtime_import
+from python_native_dsls.family import Family, Op
 
-from ..plans.elementwise import pointwise_backward_plan, pointwise_plan
 from ..target import DSL_NAME
-from . import why
-from .activations import Plan
-from .planned import PlanOrReason, declared_spec
+from .activations import Plan, pointwise_plan_or_why
 
 Tensor = torch.Tensor
+NAMESPACE = "python_native"
 
 GELU_TANH = 2
 QUICK_GELU = 3  # values match python_native_dsls.triton.kernels.activations
 
 
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    with runtime_import(DSL_NAME):
-        from python_native_dsls.triton.kernels import activations
-
-    return activations
+def gelu_tanh_plan_or_why(x: Tensor) -> Plan | str:
+    return pointwise_plan_or_why(GELU_TANH, x, unit=False)
 
 
-def _forward(act: int, x: Tensor) -> Plan | str:
-    return pointwise_plan(x, act, unit=False) or why.elementwise(x, rows="any") or "rows too wide for the kernels' grid"
+def gelu_tanh_backward_plan_or_why(grad_output: Tensor, x: Tensor) -> Plan | str:
+    return pointwise_plan_or_why(GELU_TANH, x, grad_output, unit=False)
 
 
-def _backward(act: int, grad_output: Tensor, x: Tensor) -> Plan | str:
-    plan = pointwise_backward_plan(grad_output, x, act, unit=False)
-    if plan is not None:
-        return plan
-    if grad_output.shape != x.shape:
-        return f"grad_output shape {tuple(grad_output.shape)} differs from the input's {tuple(x.shape)}"
-    return why.elementwise(x, grad_output, rows="any") or "rows too wide for the kernels' grid"
+def quick_gelu_plan_or_why(x: Tensor) -> Plan | str:
+    return pointwise_plan_or_why(QUICK_GELU, x, unit=False)
 
 
-GELU_TANH_FORWARD = PlanOrReason(functools.partial(_forward, GELU_TANH))
-GELU_TANH_BACKWARD = PlanOrReason(functools.partial(_backward, GELU_TANH))
-QUICK_GELU_FORWARD = PlanOrReason(functools.partial(_forward, QUICK_GELU))
-QUICK_GELU_BACKWARD = PlanOrReason(functools.partial(_backward, QUICK_GELU))
+def quick_gelu_backward_plan_or_why(grad_output: Tensor, x: Tensor) -> Plan | str:
+    return pointwise_plan_or_why(QUICK_GELU, x, grad_output, unit=False)
 
 
 def gelu_tanh_impl(x: Tensor, plan: Plan | None = None) -> Tensor:
-    return _kernels().run_forward(x, plan or GELU_TANH_FORWARD.require(x))
+    return FAMILY.kernels().run_forward(x, plan or FAMILY["gelu_tanh"].require(x))
 
 
 def gelu_tanh_backward_impl(grad_output: Tensor, x: Tensor, plan: Plan | None = None) -> Tensor:
-    return _kernels().run_backward(grad_output, x, plan or GELU_TANH_BACKWARD.require(grad_output, x))
+    plan = plan or FAMILY["gelu_tanh_backward"].require(grad_output, x)
+    return FAMILY.kernels().run_backward(grad_output, x, plan)
 
 
 def quick_gelu_impl(x: Tensor, plan: Plan | None = None) -> Tensor:
-    return _kernels().run_forward(x, plan or QUICK_GELU_FORWARD.require(x))
+    return FAMILY.kernels().run_forward(x, plan or FAMILY["quick_gelu"].require(x))
 
 
 def quick_gelu_backward_impl(grad_output: Tensor, x: Tensor, plan: Plan | None = None) -> Tensor:
-    return _kernels().run_backward(grad_output, x, plan or QUICK_GELU_BACKWARD.require(grad_output, x))
+    plan = plan or FAMILY["quick_gelu_backward"].require(grad_output, x)
+    return FAMILY.kernels().run_backward(grad_output, x, plan)
 
 
-OVERRIDES = [
-    declared_spec("gelu_tanh", GELU_TANH_FORWARD, gelu_tanh_impl, "gelu_tanh"),
-    declared_spec("gelu_tanh_backward", GELU_TANH_BACKWARD, gelu_tanh_backward_impl, "gelu_tanh", backward=True),
-    declared_spec("quick_gelu", QUICK_GELU_FORWARD, quick_gelu_impl, "quick_gelu"),
-    declared_spec("quick_gelu_backward", QUICK_GELU_BACKWARD, quick_gelu_backward_impl, "quick_gelu",
-                  backward=True),
-]
+FAMILY = Family(DSL_NAME, "model_activations", [
+    Op("gelu_tanh", gelu_tanh_plan_or_why, gelu_tanh_impl, ("x",), public_name="gelu_tanh", measured=False,
+       lib=NAMESPACE, bench=("gelu_tanh_formula",)),
+    Op("gelu_tanh_backward", gelu_tanh_backward_plan_or_why, gelu_tanh_backward_impl, ("grad_output", "x"),
+       public_name="gelu_tanh", backward=True, measured=False, lib=NAMESPACE, bench=("gelu_tanh_formula",)),
+    Op("quick_gelu", quick_gelu_plan_or_why, quick_gelu_impl, ("x",), public_name="quick_gelu", measured=False,
+       lib=NAMESPACE, bench=("quick_gelu",)),
+    Op("quick_gelu_backward", quick_gelu_backward_plan_or_why, quick_gelu_backward_impl, ("grad_output", "x"),
+       public_name="quick_gelu", backward=True, measured=False, lib=NAMESPACE, bench=("quick_gelu",)),
+], kernels="activations")

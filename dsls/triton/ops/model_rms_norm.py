@@ -14,23 +14,21 @@ order, and the results keep the input's layout.
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
 from typing import NamedTuple
 
 import torch
 
 from python_native.ops import rms_norm_op  # noqa: F401  (declares the ops overridden here)
+from python_native_dsls.family import Family, Op
 from python_native_dsls.layout import Rows, as_rows
-from python_native_dsls.spec import runtime_import
 
 from ..plans.layout import MAX_NORM_BWD_COLS, MAX_NORM_COLS, row_fits
 from ..plans.rows import NormPlan, RmsMode, norm_plan
 from ..target import DSL_NAME
 from . import why
-from .planned import PlanOrReason, declared_spec
 
 Tensor = torch.Tensor
+NAMESPACE = "python_native"
 
 
 class ModelNormPlan(NamedTuple):
@@ -41,15 +39,6 @@ class ModelNormPlan(NamedTuple):
     order: tuple[int, ...] | None  # None: the input's own dim order
     inverse: tuple[int, ...] | None
     copy_grad: bool = False  # grad_output's rows make no single stride in that order: copied first
-
-
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    with runtime_import(DSL_NAME):
-        from python_native_dsls.triton.kernels import norm
-
-    return norm
 
 
 def _weight_reason(input: Tensor, weight: Tensor) -> str | None:
@@ -73,17 +62,20 @@ def _permuted(t: Tensor, order: tuple[int, ...] | None) -> Tensor:
     return t if order is None else t.permute(order)
 
 
-def _rows(input: Tensor, max_cols: int) -> tuple[NormPlan, tuple[int, ...] | None] | str:
-    """The rows of ``input`` (in the dim order that makes them collapse) and that order, or why not."""
+def _rows(input: Tensor, backward: bool) -> tuple[NormPlan, tuple[int, ...] | None] | str:
+    """The rows of ``input`` (in the dim order that makes them collapse) and that order, or why not
+    (the backward streams rows longer than the forward's register tile)."""
     if not input.ndim:
         return "a 0-d input"
+    max_cols = MAX_NORM_BWD_COLS if backward else MAX_NORM_COLS
     plan = norm_plan(input, input.shape[-1:], max_cols)
     order = None if plan is not None else _row_order(input)
     if order is not None:
         plan = norm_plan(input.permute(order), input.shape[-1:], max_cols)
     if plan is not None:
         return plan, order
-    return why.norm(input, input.shape[-1:], max_cols) or "input rows do not fit the kernels"
+    found = why.norm_rows(input, input.shape[-1:], backward)
+    return found if found.__class__ is str else "input rows do not fit the kernels"
 
 
 def _plan(rows: tuple[NormPlan, tuple[int, ...] | None], eps: float, offset: float, weight_in_fp32: bool,
@@ -93,22 +85,24 @@ def _plan(rows: tuple[NormPlan, tuple[int, ...] | None], eps: float, offset: flo
     return ModelNormPlan(norm, RmsMode(eps, offset, not weight_in_fp32), out_dtype, grad_rows, order, inverse)
 
 
-def _forward(input: Tensor, weight: Tensor, eps: float, offset: float, weight_in_fp32: bool) -> ModelNormPlan | str:
-    found = _weight_reason(input, weight)
-    rows = found or _rows(input, MAX_NORM_COLS)
-    if isinstance(rows, str):
+def forward_plan_or_why(input: Tensor, weight: Tensor, eps: float, offset: float,
+                        weight_in_fp32: bool) -> ModelNormPlan | str:
+    """The launch over ``input``'s rows (in the dim order that collapses them) where the kernels take the call."""
+    rows = _weight_reason(input, weight) or _rows(input, False)
+    if rows.__class__ is str:
         return rows
     out = input.dtype if weight_in_fp32 else torch.promote_types(input.dtype, weight.dtype)
     return _plan(rows, eps, offset, weight_in_fp32, out)
 
 
-def _backward(grad_output: Tensor, input: Tensor, weight: Tensor, eps: float, offset: float,
-              weight_in_fp32: bool) -> ModelNormPlan | str:
+def backward_plan_or_why(grad_output: Tensor, input: Tensor, weight: Tensor, eps: float, offset: float,
+                         weight_in_fp32: bool) -> ModelNormPlan | str:
+    """The same, with ``grad_output``'s rows in that order (a copy where they make no single stride)."""
     found = _weight_reason(input, weight) or why.device(grad_output) or why.dtype(grad_output, "grad_output dtype")
     if not found and grad_output.shape != input.shape:
         found = f"grad_output shape {tuple(grad_output.shape)} differs from the input's {tuple(input.shape)}"
-    rows = found or _rows(input, MAX_NORM_BWD_COLS)
-    if isinstance(rows, str):
+    rows = found or _rows(input, True)
+    if rows.__class__ is str:
         return rows
     grad_rows = as_rows(_permuted(grad_output, rows[1]), 1)
     if grad_rows is None:  # rows in no single stride in the input's row order: one copy, cheaper than the reference
@@ -119,28 +113,27 @@ def _backward(grad_output: Tensor, input: Tensor, weight: Tensor, eps: float, of
     return _plan(rows, eps, offset, weight_in_fp32, grad_output.dtype, grad_rows)
 
 
-RMS_NORM = PlanOrReason(_forward)
-RMS_NORM_BACKWARD = PlanOrReason(_backward)
-
-
 def rms_norm_impl(input: Tensor, weight: Tensor, eps: float, offset: float = 0.0, weight_in_fp32: bool = False,
                   plan: ModelNormPlan | None = None) -> Tensor:
-    plan = plan or RMS_NORM.require(input, weight, eps, offset, weight_in_fp32)
-    out = _kernels().run_rms_norm(_permuted(input, plan.order), plan.norm, weight, plan.mode, plan.out_dtype)
+    plan = plan or FAMILY["rms_norm"].require(input, weight, eps, offset, weight_in_fp32)
+    out = FAMILY.kernels().run_rms_norm(_permuted(input, plan.order), plan.norm, weight, plan.mode, plan.out_dtype)
     return _permuted(out, plan.inverse)
 
 
 def rms_norm_backward_impl(grad_output: Tensor, input: Tensor, weight: Tensor, eps: float, offset: float,
                            weight_in_fp32: bool, plan: ModelNormPlan | None = None) -> tuple[Tensor, Tensor]:
-    plan = plan or RMS_NORM_BACKWARD.require(grad_output, input, weight, eps, offset, weight_in_fp32)
+    plan = plan or FAMILY["rms_norm_backward"].require(grad_output, input, weight, eps, offset, weight_in_fp32)
     grad = _permuted(grad_output, plan.order)
     grad = grad.contiguous() if plan.copy_grad else grad
-    dx, dw, _ = _kernels().backward(grad, plan.grad_rows, _permuted(input, plan.order), plan.norm.rows, None, None,
-                                    weight, (True, True, False), True, None, plan.mode)
+    dx, dw, _ = FAMILY.kernels().backward(grad, plan.grad_rows, _permuted(input, plan.order), plan.norm.rows, None,
+                                          None, weight, (True, True, False), True, None, plan.mode)
     return _permuted(dx, plan.inverse), dw
 
 
-OVERRIDES = [
-    declared_spec("rms_norm", RMS_NORM, rms_norm_impl, "rms_norm"),
-    declared_spec("rms_norm_backward", RMS_NORM_BACKWARD, rms_norm_backward_impl, "rms_norm", backward=True),
-]
+FAMILY = Family(DSL_NAME, "model_rms_norm", [
+    Op("rms_norm", forward_plan_or_why, rms_norm_impl, ("input", "weight", "eps", "offset", "weight_in_fp32"),
+       public_name="rms_norm", measured=False, lib=NAMESPACE, bench=("rms_norm_llama", "rms_norm_gemma")),
+    Op("rms_norm_backward", backward_plan_or_why, rms_norm_backward_impl,
+       ("grad_output", "input", "weight", "eps", "offset", "weight_in_fp32"), public_name="rms_norm",
+       backward=True, measured=False, lib=NAMESPACE, bench=("rms_norm_llama", "rms_norm_gemma")),
+], kernels="norm")

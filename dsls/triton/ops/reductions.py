@@ -22,16 +22,15 @@ timed them (``OverrideSpec.measured``).
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from python_native.foundations.speckey import MISSING, SpecializationCache
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.family import Family, Op
 
 from ..plans.reduce import MAX, MEAN, MIN, PROD, SUM, ReducePlan, accumulator, reduce_plan, reduce_view
+from ..target import DSL_NAME
 from . import why
 
 Tensor = torch.Tensor
@@ -42,20 +41,19 @@ _HALF = frozenset({torch.float16, torch.bfloat16})
 _COMPARABLE = why.names(FLOATS | INTS)
 _SUMMABLE = why.names(FLOATS | INTS | {torch.bool})
 
-# op -> (code, returns values, returns the index)
-OPS = {
-    "sum": (SUM, True, False), "mean": (MEAN, True, False), "prod": (PROD, True, False),
-    "amax": (MAX, True, False), "amin": (MIN, True, False), "argmax": (MAX, False, True),
-    "argmin": (MIN, False, True), "max": (MAX, True, True), "min": (MIN, True, True),
+# op -> (aten symbol, kernel code, returns values, returns the index, dim is an ``int[1]?`` list,
+# takes ``dtype=``, bench rows). The family's ops are generated from this table.
+OPS: dict[str, tuple[str, int, bool, bool, bool, bool, tuple[str, ...]]] = {
+    "sum": ("sum.dim_IntList", SUM, True, False, True, True, ("sum", "sum_dim0")),
+    "mean": ("mean.dim", MEAN, True, False, True, True, ("mean",)),
+    "prod": ("prod.dim_int", PROD, True, False, False, True, ("prod",)),
+    "amax": ("amax", MAX, True, False, True, False, ("amax",)),
+    "amin": ("amin", MIN, True, False, True, False, ("amin",)),
+    "argmax": ("argmax", MAX, False, True, False, False, ("argmax",)),
+    "argmin": ("argmin", MIN, False, True, False, False, ("argmin",)),
+    "max": ("max.dim", MAX, True, True, False, False, ("max_dim",)),
+    "min": ("min.dim", MIN, True, True, False, False, ("min_dim",)),
 }
-
-
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import reductions
-
-    return reductions
 
 
 def sum_dtypes(src: torch.dtype, dtype: torch.dtype | None, mean: bool) -> tuple[torch.dtype, torch.dtype | None] | str:
@@ -91,10 +89,13 @@ def sum_dtypes(src: torch.dtype, dtype: torch.dtype | None, mean: bool) -> tuple
     return f"dtype={why.name(dtype)} from {why.name(src)}: not rounded as aten rounds"
 
 
-# The conds' checks, once: ``_build`` (behind the plan cache) declines exactly where this gives a
-# reason, and the traced explanations (``_why``) report that reason.
-def _plan_or_why(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype | None) -> ReducePlan | str:
+def plan_or_why(op: str, x: Tensor, dim: Any, keepdim: bool = False, dtype: torch.dtype | None = None
+                ) -> ReducePlan | str:
     """The launch plan of a call the kernels take, else why not (metadata only)."""
+    if dim is None or isinstance(dim, (list, tuple)):  # ``int[1]?`` or optional dims: exactly one
+        if dim is None or len(dim) != 1:
+            return f"dim={None if dim is None else list(dim)}: the kernels reduce over exactly one dim"
+        dim = dim[0]
     found = why.device(x)
     if found:
         return found
@@ -106,7 +107,7 @@ def _plan_or_why(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype
         return f"dim {dim} is out of range for a {x.ndim}-d input"
     if x.numel() == 0:
         return "empty input"
-    code, values, index = OPS[op]
+    _, code, values, index, _, _, _ = OPS[op]
     if code in (SUM, MEAN, PROD):
         dtypes = sum_dtypes(x.dtype, dtype, code == MEAN)
         if dtypes.__class__ is str:
@@ -125,182 +126,37 @@ def _plan_or_why(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype
     return reduce_plan(code, view, out_shape, out_dtype if values else None, index, cast, accumulator(out_dtype))
 
 
-def _build(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype | None) -> ReducePlan | None:
-    """The launch plan of a call the kernels take, else None."""
-    plan = _plan_or_why(op, x, dim, keepdim, dtype)
-    return None if plan.__class__ is str else plan
+def _plan_or_why(op: str) -> Callable[..., ReducePlan | str]:
+    def plan(self: Tensor, dim: Any, keepdim: bool = False, dtype: torch.dtype | None = None) -> ReducePlan | str:
+        return plan_or_why(op, self, dim, keepdim, dtype)
 
+    plan.__name__ = plan.__qualname__ = f"{op}_plan_or_why"
+    return plan
 
-_PLANS: SpecializationCache[ReducePlan | None] = SpecializationCache(_build, 4096)
-_lookup = _PLANS.lookup
 
+def _impl(op: str) -> Callable[..., Any]:
+    """The impl of ``op``: its values, its indices, or both (``max.dim``, ``min.dim``)."""
+    values, index = OPS[op][2:4]
+    pick = slice(None) if values and index else (1 if index else 0)
 
-def plan_for(op: str, x: Tensor, dim: int, keepdim: bool, dtype: torch.dtype | None = None) -> ReducePlan | None:
-    """The plan, cached per layout for real tensors (FakeTensors are planned directly)."""
-    if x.__class__ is not Tensor:
-        return _build(op, x, dim, keepdim, dtype)
-    key = (op, x.size(), x.stride(), x.dtype, x.is_cuda, x.is_cpu, dim, keepdim, dtype)
-    plan = _lookup(key, MISSING)
-    return _PLANS.get(key, op, x, dim, keepdim, dtype) if plan is MISSING else plan
+    def impl(self: Tensor, dim: Any, keepdim: bool = False, dtype: torch.dtype | None = None,
+             plan: ReducePlan | None = None) -> Any:
+        if plan is None:  # called without its cond: plan here, and say why where the kernels cannot
+            plan = plan_or_why(op, self, dim, keepdim, dtype)
+            if plan.__class__ is str:
+                raise ValueError(f"{op}: the Triton reduction kernels do not take this call ({plan}); call "
+                                 f"torch.{op} to let aten run it")
+        return FAMILY.kernels().run(self, plan)[pick]
 
+    impl.__name__ = impl.__qualname__ = f"{op}_impl"
+    return impl
 
-def _one(dim: list[int] | None) -> int | None:
-    """The dim of a one-dim list (``int[1]?`` arguments), else None."""
-    return dim[0] if dim is not None and len(dim) == 1 else None
 
+def _op(op: str) -> Op:
+    symbol, _, _, _, listed, dtyped, bench = OPS[op]
+    key = ("self", "dim if dim is None else tuple(dim)" if listed else "dim", "keepdim", *(("dtype",) if dtyped else ()))
+    return Op(symbol, _plan_or_why(op), _impl(op), key, measured=False, options={"derive_variants": ("out",)},
+              bench=bench)
 
-def _run(op: str, x: Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None,
-         plan: ReducePlan | None) -> tuple[Tensor | None, Tensor | None]:
-    if plan is None:
-        d = _one(dim) if isinstance(dim, (list, tuple)) else dim
-        plan = plan_for(op, x, d, keepdim, dtype) if d is not None else None
-        if plan is None:
-            raise ValueError(
-                f"{op}: the Triton reduction kernels do not take this call (dim={dim!r}, dtype={dtype}, input "
-                f"{x.dtype} of shape {tuple(x.shape)} and strides {x.stride()}); call torch.{op} to let aten run it"
-            )
-    return _kernels().run(x, plan)
 
-
-# Conds return the plan (None: declined); the router hands it to the impl as ``plan``.
-def sum_cond(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None):
-    d = _one(dim)
-    return None if d is None else plan_for("sum", self, d, keepdim, dtype)
-
-
-def mean_cond(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None):
-    d = _one(dim)
-    return None if d is None else plan_for("mean", self, d, keepdim, dtype)
-
-
-def prod_cond(self: Tensor, dim: int, keepdim: bool = False, *, dtype: torch.dtype | None = None):
-    return plan_for("prod", self, dim, keepdim, dtype)
-
-
-def amax_cond(self: Tensor, dim: list[int] = (), keepdim: bool = False):
-    d = _one(dim)
-    return None if d is None else plan_for("amax", self, d, keepdim)
-
-
-def amin_cond(self: Tensor, dim: list[int] = (), keepdim: bool = False):
-    d = _one(dim)
-    return None if d is None else plan_for("amin", self, d, keepdim)
-
-
-def argmax_cond(self: Tensor, dim: int | None = None, keepdim: bool = False):
-    return None if dim is None else plan_for("argmax", self, dim, keepdim)
-
-
-def argmin_cond(self: Tensor, dim: int | None = None, keepdim: bool = False):
-    return None if dim is None else plan_for("argmin", self, dim, keepdim)
-
-
-def max_cond(self: Tensor, dim: int, keepdim: bool = False):
-    return plan_for("max", self, dim, keepdim)
-
-
-def min_cond(self: Tensor, dim: int, keepdim: bool = False):
-    return plan_for("min", self, dim, keepdim)
-
-
-def _why(op: str, x: Tensor, dim: Any, keepdim: bool, dtype: torch.dtype | None = None) -> str | None:
-    """Why the cond of ``op`` declined (asked by traced calls only): the plan builder's own reason."""
-    if dim is None or isinstance(dim, (list, tuple)):  # ``int[1]?`` or optional dims: exactly one
-        one = _one(dim)
-        if one is None:
-            return f"dim={None if dim is None else list(dim)}: the kernels reduce over exactly one dim"
-        dim = one
-    found = _plan_or_why(op, x, dim, keepdim, dtype)
-    return found if found.__class__ is str else None
-
-
-def sum_explain(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> str | None:
-    return _why("sum", self, dim, keepdim, dtype)
-
-
-def mean_explain(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> str | None:
-    return _why("mean", self, dim, keepdim, dtype)
-
-
-def prod_explain(self: Tensor, dim: int, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> str | None:
-    return _why("prod", self, dim, keepdim, dtype)
-
-
-def amax_explain(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> str | None:
-    return _why("amax", self, dim, keepdim)
-
-
-def amin_explain(self: Tensor, dim: list[int] = (), keepdim: bool = False) -> str | None:
-    return _why("amin", self, dim, keepdim)
-
-
-def argmax_explain(self: Tensor, dim: int | None = None, keepdim: bool = False) -> str | None:
-    return _why("argmax", self, dim, keepdim)
-
-
-def argmin_explain(self: Tensor, dim: int | None = None, keepdim: bool = False) -> str | None:
-    return _why("argmin", self, dim, keepdim)
-
-
-def max_explain(self: Tensor, dim: int, keepdim: bool = False) -> str | None:
-    return _why("max", self, dim, keepdim)
-
-
-def min_explain(self: Tensor, dim: int, keepdim: bool = False) -> str | None:
-    return _why("min", self, dim, keepdim)
-
-
-def sum_impl(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None,
-             plan: ReducePlan | None = None) -> Tensor:
-    return _run("sum", self, dim, keepdim, dtype, plan)[0]
-
-
-def mean_impl(self: Tensor, dim: list[int] | None, keepdim: bool = False, *, dtype: torch.dtype | None = None,
-              plan: ReducePlan | None = None) -> Tensor:
-    return _run("mean", self, dim, keepdim, dtype, plan)[0]
-
-
-def prod_impl(self: Tensor, dim: int, keepdim: bool = False, *, dtype: torch.dtype | None = None,
-              plan: ReducePlan | None = None) -> Tensor:
-    return _run("prod", self, dim, keepdim, dtype, plan)[0]
-
-
-def amax_impl(self: Tensor, dim: list[int] = (), keepdim: bool = False, plan: ReducePlan | None = None) -> Tensor:
-    return _run("amax", self, dim, keepdim, None, plan)[0]
-
-
-def amin_impl(self: Tensor, dim: list[int] = (), keepdim: bool = False, plan: ReducePlan | None = None) -> Tensor:
-    return _run("amin", self, dim, keepdim, None, plan)[0]
-
-
-def argmax_impl(self: Tensor, dim: int | None = None, keepdim: bool = False, plan: ReducePlan | None = None) -> Tensor:
-    return _run("argmax", self, dim, keepdim, None, plan)[1]
-
-
-def argmin_impl(self: Tensor, dim: int | None = None, keepdim: bool = False, plan: ReducePlan | None = None) -> Tensor:
-    return _run("argmin", self, dim, keepdim, None, plan)[1]
-
-
-def max_impl(self: Tensor, dim: int, keepdim: bool = False, plan: ReducePlan | None = None) -> tuple[Tensor, Tensor]:
-    return _run("max", self, dim, keepdim, None, plan)
-
-
-def min_impl(self: Tensor, dim: int, keepdim: bool = False, plan: ReducePlan | None = None) -> tuple[Tensor, Tensor]:
-    return _run("min", self, dim, keepdim, None, plan)
-
-
-def _spec(op: str, cond, impl, explain) -> OverrideSpec:
-    return OverrideSpec.planned(op, cond, impl, measured=False, derive_variants=("out",), explain=explain)
-
-
-OVERRIDES = [
-    _spec("sum.dim_IntList", sum_cond, sum_impl, sum_explain),
-    _spec("mean.dim", mean_cond, mean_impl, mean_explain),
-    _spec("prod.dim_int", prod_cond, prod_impl, prod_explain),
-    _spec("amax", amax_cond, amax_impl, amax_explain),
-    _spec("amin", amin_cond, amin_impl, amin_explain),
-    _spec("argmax", argmax_cond, argmax_impl, argmax_explain),
-    _spec("argmin", argmin_cond, argmin_impl, argmin_explain),
-    _spec("max.dim", max_cond, max_impl, max_explain),
-    _spec("min.dim", min_cond, min_impl, min_explain),
-]
+FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in OPS], kernels="reductions")

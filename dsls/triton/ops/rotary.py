@@ -11,33 +11,21 @@ contiguous. cos and sin take no gradient here: the op's autograd computes theirs
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import torch
 
 from python_native.ops import rotary_op  # noqa: F401  (declares the ops overridden here)
-from python_native_dsls.spec import runtime_import
+from python_native_dsls.family import Family, Op
 
 from ..plans.layout import dense_like
 from ..plans.rotary import RotaryPlan, plan_rotary
 from ..target import DSL_NAME
 from . import why
-from .planned import PlanOrReason, declared_spec
 
 Tensor = torch.Tensor
+NAMESPACE = "python_native"
 
 
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    with runtime_import(DSL_NAME):
-        from python_native_dsls.triton.kernels import rotary
-
-    return rotary
-
-
-def _plan(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> RotaryPlan | str:
+def _plan_or_why(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> RotaryPlan | str:
     """The launch rotating ``q`` and ``k`` (a backward's ``grad_q`` and ``grad_k``), or why not."""
     found = why.device(q, k, cos, sin)
     for what, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
@@ -49,22 +37,32 @@ def _plan(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) ->
     return plan_rotary(q, k, cos, sin, unsqueeze_dim, (dense_like(q), dense_like(k)))
 
 
-ROTARY = PlanOrReason(_plan)
-ROTARY_BACKWARD = PlanOrReason(_plan)
+def forward_plan_or_why(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> RotaryPlan | str:
+    return _plan_or_why(q, k, cos, sin, unsqueeze_dim)
+
+
+def backward_plan_or_why(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor,
+                         unsqueeze_dim: int) -> RotaryPlan | str:
+    """The backward rotates the gradients by -sin: the same launch over them."""
+    return _plan_or_why(grad_q, grad_k, cos, sin, unsqueeze_dim)
 
 
 def rotary_impl(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1,
                 plan: RotaryPlan | None = None) -> tuple[Tensor, Tensor]:
-    return _kernels().run(q, k, cos, sin, plan or ROTARY.require(q, k, cos, sin, unsqueeze_dim), False)
+    plan = plan or FAMILY["rotary"].require(q, k, cos, sin, unsqueeze_dim)
+    return FAMILY.kernels().run(q, k, cos, sin, plan, False)
 
 
 def rotary_backward_impl(grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int,
                          plan: RotaryPlan | None = None) -> tuple[Tensor, Tensor]:
-    plan = plan or ROTARY_BACKWARD.require(grad_q, grad_k, cos, sin, unsqueeze_dim)
-    return _kernels().run(grad_q, grad_k, cos, sin, plan, True)
+    plan = plan or FAMILY["rotary_backward"].require(grad_q, grad_k, cos, sin, unsqueeze_dim)
+    return FAMILY.kernels().run(grad_q, grad_k, cos, sin, plan, True)
 
 
-OVERRIDES = [
-    declared_spec("rotary", ROTARY, rotary_impl, "rotary"),
-    declared_spec("rotary_backward", ROTARY_BACKWARD, rotary_backward_impl, "rotary", backward=True),
-]
+FAMILY = Family(DSL_NAME, "rotary", [
+    Op("rotary", forward_plan_or_why, rotary_impl, ("q", "k", "cos", "sin", "unsqueeze_dim"), public_name="rotary",
+       measured=False, lib=NAMESPACE, bench=("rotary",)),
+    Op("rotary_backward", backward_plan_or_why, rotary_backward_impl,
+       ("grad_q", "grad_k", "cos", "sin", "unsqueeze_dim"), public_name="rotary", backward=True, measured=False,
+       lib=NAMESPACE, bench=("rotary",)),
+], kernels="rotary")

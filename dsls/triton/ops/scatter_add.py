@@ -20,28 +20,25 @@ assert, as aten's); in-range elements may have been added to an in-place self by
 
 from __future__ import annotations
 
-import functools
 import struct
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from python_native.foundations.speckey import SpecializationCache
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.family import Family, Op
 
 from ..plans.layout import dense_like
 from ..plans.scatter import DTYPES, Axes, ScatterPlan, axes, contiguous_strides, scatter_plan, span
+from ..target import DSL_NAME
 from . import why
 
 Tensor = torch.Tensor
 _deterministic = torch.are_deterministic_algorithms_enabled
 _DTYPES = why.names(DTYPES)
+_DETERMINISTIC = "deterministic algorithms are on: the kernel's float atomics add in no fixed order"
 
 
-# The conds' checks, once: the cached plan builders (``_scatter_plan``, ``_index_plan``) decline
-# exactly where the ``..._or_why`` functions below give a reason, and the traced explanations
-# (``scatter_add_explain`` and the rest) report that reason.
 def _alpha_or_why(alpha: Any, dtype: torch.dtype) -> Any:
     """``alpha`` as the kernel scales by it (None: 1, no scaling), or why not (a str)."""
     cls = alpha.__class__
@@ -140,47 +137,9 @@ def _index_plan_or_why(self: Tensor, dim: int, index: Tensor, source: Tensor, in
     return _finish(self, dim, space, Axes(0, index.stride(0), 0), source, inplace, alpha, index)
 
 
-def _scatter_plan(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool) -> ScatterPlan | None:
-    plan = _scatter_plan_or_why(self, dim, index, src, inplace)
-    return None if plan.__class__ is str else plan
-
-
-def _index_plan(self: Tensor, dim: int, index: Tensor, source: Tensor, inplace: bool, alpha: Any) -> ScatterPlan | None:
-    plan = _index_plan_or_why(self, dim, index, source, inplace, alpha)
-    return None if plan.__class__ is str else plan
-
-
-_SCATTER: SpecializationCache[ScatterPlan | None] = SpecializationCache(_scatter_plan, 4096)
-_INDEX: SpecializationCache[ScatterPlan | None] = SpecializationCache(_index_plan, 4096)
-
-
-def _key(self: Tensor, dim: int, index: Tensor, source: Tensor, inplace: bool) -> tuple:
-    return (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu, dim, inplace,
-            index.size(), index.stride(), index.dtype, index.is_cuda, index.is_cpu,
-            source.size(), source.stride(), source.dtype, source.is_cuda, source.is_cpu)
-
-
-def _exact(*tensors: Any) -> bool:
-    return all(t.__class__ is Tensor for t in tensors)
-
-
-def _apart(self: Tensor, index: Tensor, source: Tensor, plan: ScatterPlan | None) -> ScatterPlan | None:
-    """``plan`` where self's memory overlaps neither index's nor source's (in-place calls), else None
-    (also for tensor subclasses, FakeTensors among them, whose memory cannot be told)."""
-    if plan is None or not _exact(self, index, source):
-        return None
-    start = self.data_ptr()
-    end = start + plan.spans[0]
-    for t, length in ((index, plan.spans[1]), (source, plan.spans[2])):
-        other = t.data_ptr()
-        if other < end and start < other + length:
-            return None
-    return plan
-
-
-# Mirrors ``_apart`` (which stays a bare check: it runs on every in-place call).
-def _apart_why(self: Tensor, index: Tensor, source: Tensor, plan: ScatterPlan) -> str | None:
-    """Why ``_apart`` declines the in-place call that ``plan`` would serve."""
+def _apart_why(plan: ScatterPlan, self: Tensor, dim: int, index: Tensor, source: Tensor, **_: Any) -> str | None:
+    """Why an in-place call that ``plan`` would serve is declined: self's memory overlaps index's or
+    source's, or cannot be told apart (tensor subclasses, FakeTensors among them). Runs per call."""
     for t in (self, index, source):
         if t.__class__ is not Tensor:
             return f"in place on a {t.__class__.__name__}: its memory cannot be told apart from the others'"
@@ -193,86 +152,22 @@ def _apart_why(self: Tensor, index: Tensor, source: Tensor, plan: ScatterPlan) -
     return None
 
 
-def scatter_plan_for(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool = False) -> ScatterPlan | None:
-    """The plan of a ``scatter_add`` call (cached per layout), or None to decline."""
-    if self.dtype.is_floating_point and _deterministic():
-        return None
-    if not _exact(self, index, src):
-        return _scatter_plan(self, dim, index, src, inplace)
-    return _SCATTER.get(_key(self, dim, index, src, inplace), self, dim, index, src, inplace)
+def _scatter(inplace: bool) -> Callable[..., ScatterPlan | str]:
+    def plan_or_why(self: Tensor, dim: int, index: Tensor, src: Tensor) -> ScatterPlan | str:
+        if self.dtype.is_floating_point and _deterministic():
+            return _DETERMINISTIC
+        return _scatter_plan_or_why(self, dim, index, src, inplace)
+
+    return plan_or_why
 
 
-def index_plan_for(self: Tensor, dim: int, index: Tensor, source: Tensor, alpha: Any,
-                   inplace: bool = False) -> ScatterPlan | None:
-    """The plan of an ``index_add`` call (cached per layout and alpha), or None to decline."""
-    if self.dtype.is_floating_point and _deterministic():
-        return None
-    if not _exact(self, index, source):
-        return _index_plan(self, dim, index, source, inplace, alpha)
-    key = (*_key(self, dim, index, source, inplace), alpha.__class__, alpha)
-    return _INDEX.get(key, self, dim, index, source, inplace, alpha)
+def _index(inplace: bool) -> Callable[..., ScatterPlan | str]:
+    def plan_or_why(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> ScatterPlan | str:
+        if self.dtype.is_floating_point and _deterministic():
+            return _DETERMINISTIC
+        return _index_plan_or_why(self, dim, index, source, inplace, alpha)
 
-
-_DETERMINISTIC = "deterministic algorithms are on: the kernel's float atomics add in no fixed order"
-
-
-# Mirror ``scatter_plan_for`` and ``index_plan_for`` (the deterministic check, then the plan).
-def _scatter_why(self: Tensor, dim: int, index: Tensor, src: Tensor, inplace: bool) -> str | None:
-    if self.dtype.is_floating_point and _deterministic():
-        return _DETERMINISTIC
-    plan = _scatter_plan_or_why(self, dim, index, src, inplace)
-    if plan.__class__ is str:
-        return plan
-    return _apart_why(self, index, src, plan) if inplace else None
-
-
-def _index_why(self: Tensor, dim: int, index: Tensor, source: Tensor, alpha: Any, inplace: bool) -> str | None:
-    if self.dtype.is_floating_point and _deterministic():
-        return _DETERMINISTIC
-    plan = _index_plan_or_why(self, dim, index, source, inplace, alpha)
-    if plan.__class__ is str:
-        return plan
-    return _apart_why(self, index, source, plan) if inplace else None
-
-
-def scatter_add_explain(self: Tensor, dim: int, index: Tensor, src: Tensor) -> str | None:
-    return _scatter_why(self, dim, index, src, False)
-
-
-def scatter_add__explain(self: Tensor, dim: int, index: Tensor, src: Tensor) -> str | None:
-    return _scatter_why(self, dim, index, src, True)
-
-
-def index_add_explain(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> str | None:
-    return _index_why(self, dim, index, source, alpha, False)
-
-
-def index_add__explain(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> str | None:
-    return _index_why(self, dim, index, source, alpha, True)
-
-
-def scatter_add_cond(self: Tensor, dim: int, index: Tensor, src: Tensor) -> ScatterPlan | None:
-    return scatter_plan_for(self, dim, index, src)
-
-
-def scatter_add__cond(self: Tensor, dim: int, index: Tensor, src: Tensor) -> ScatterPlan | None:
-    return _apart(self, index, src, scatter_plan_for(self, dim, index, src, True))
-
-
-def index_add_cond(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> ScatterPlan | None:
-    return index_plan_for(self, dim, index, source, alpha)
-
-
-def index_add__cond(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> ScatterPlan | None:
-    return _apart(self, index, source, index_plan_for(self, dim, index, source, alpha, True))
-
-
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import scatter_add
-
-    return scatter_add
+    return plan_or_why
 
 
 def _check_bounds(status: Tensor, self: Tensor, dim: int, index: Tensor, plan: ScatterPlan, scatter: bool) -> None:
@@ -296,42 +191,39 @@ def _run(self: Tensor, dim: int, index: Tensor, source: Tensor, plan: ScatterPla
                          f"{source.dtype} {tuple(source.shape)}); see the module's docstring")
     dim %= self.ndim
     if inplace and plan.acc_dtype == self.dtype:
-        _check_bounds(_kernels().scatter_add_into(self, index, source, plan), self, dim, index, plan, scatter)
+        _check_bounds(FAMILY.kernels().scatter_add_into(self, index, source, plan), self, dim, index, plan, scatter)
         return self
     out = self.to(plan.acc_dtype, memory_format=torch.contiguous_format, copy=True)
-    _check_bounds(_kernels().scatter_add_into(out, index, source, plan), self, dim, index, plan, scatter)
+    _check_bounds(FAMILY.kernels().scatter_add_into(out, index, source, plan), self, dim, index, plan, scatter)
     if inplace:
         return self.copy_(out)
     return out if out.dtype == self.dtype else out.to(self.dtype)
 
 
-def scatter_add_impl(self: Tensor, dim: int, index: Tensor, src: Tensor, plan: ScatterPlan | None = None) -> Tensor:
-    return _run(self, dim, index, src, plan or scatter_plan_for(self, dim, index, src), False, True)
+def _impl(op: str, inplace: bool, scatter: bool) -> Callable[..., Tensor]:
+    def impl(self: Tensor, dim: int, index: Tensor, source: Tensor, plan: ScatterPlan | None = None,
+             **alpha: Any) -> Tensor:
+        return _run(self, dim, index, source, plan or FAMILY[op].cond(self, dim, index, source, **alpha), inplace,
+                    scatter)
+
+    impl.__name__ = impl.__qualname__ = f"{op}_impl"
+    return impl
 
 
-def scatter_add__impl(self: Tensor, dim: int, index: Tensor, src: Tensor, plan: ScatterPlan | None = None) -> Tensor:
-    return _run(self, dim, index, src, plan or scatter_add__cond(self, dim, index, src), True, True)
+def _op(op: str, inplace: bool, scatter: bool) -> Op:
+    """Floats decline under deterministic algorithms (read per call, part of the key); in-place calls
+    also check per call that self is apart from index and source in memory."""
+    other = "src" if scatter else "source"
+    key = ("self", "dim", "index", other, *(() if scatter else ("alpha.__class__", "alpha")),
+           "self.dtype.is_floating_point and deterministic()")
+    # The functional ops derive their out= forms (the result copied into out); the in-place ones add
+    # straight into self, which a derived variant could not (it would add into a copy, then copy back).
+    return Op(op, (_scatter if scatter else _index)(inplace), _impl(op, inplace, scatter), key, measured=False,
+              check=_apart_why if inplace else None, options={} if inplace else {"derive_variants": ("out",)},
+              bench=(op.rstrip("_"),))
 
 
-def index_add_impl(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any,
-                   plan: ScatterPlan | None = None) -> Tensor:
-    return _run(self, dim, index, source, plan or index_plan_for(self, dim, index, source, alpha), False, False)
-
-
-def index_add__impl(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any,
-                    plan: ScatterPlan | None = None) -> Tensor:
-    return _run(self, dim, index, source, plan or index_add__cond(self, dim, index, source, alpha=alpha), True,
-                False)
-
-
-# The functional ops derive their out= forms (the result copied into out); the in-place ones add
-# straight into self, which a derived variant could not (it would add into a copy, then copy back).
-OVERRIDES = [
-    OverrideSpec.planned("scatter_add", scatter_add_cond, scatter_add_impl, measured=False, derive_variants=("out",),
-                         explain=scatter_add_explain),
-    OverrideSpec.planned("scatter_add_", scatter_add__cond, scatter_add__impl, measured=False,
-                         explain=scatter_add__explain),
-    OverrideSpec.planned("index_add", index_add_cond, index_add_impl, measured=False, derive_variants=("out",),
-                         explain=index_add_explain),
-    OverrideSpec.planned("index_add_", index_add__cond, index_add__impl, measured=False, explain=index_add__explain),
-]
+FAMILY = Family(DSL_NAME, "scatter_add", [
+    _op("scatter_add", False, True), _op("scatter_add_", True, True),
+    _op("index_add", False, False), _op("index_add_", True, False),
+], kernels="scatter_add", names={"deterministic": _deterministic})

@@ -17,24 +17,21 @@ SymInt k, layouts that do not collapse.
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import torch
 
-from python_native.foundations.speckey import MISSING, SpecializationCache
-from python_native_dsls.spec import OverrideSpec
+from python_native_dsls.family import Family, Op
 
 from ..plans.select import TopkPlan, rows_along, topk_plan
+from ..target import DSL_NAME
 from . import why
 
 Tensor = torch.Tensor
 
 
-# The cond's checks, once: ``_plan`` (behind the plan cache) declines exactly where this gives a
-# reason, and the traced explanation (``topk_explain``) reports that reason.
-def _plan_or_why(self: Tensor, k: int, dim: int, largest: bool) -> TopkPlan | str:
+def topk_plan_or_why(self: Tensor, k: int, dim: int, largest: bool, sorted: bool) -> TopkPlan | str:
     """The launch plan where the kernels take the call, else why not (metadata only)."""
+    if k.__class__ is not int:  # a SymInt while tracing
+        return f"k is a {k.__class__.__name__} (the kernels take a plain int k)"
     found = why.device(self) or why.dtype(self)
     if found:
         return found
@@ -50,53 +47,18 @@ def _plan_or_why(self: Tensor, k: int, dim: int, largest: bool) -> TopkPlan | st
     return topk_plan(rows, k, bool(largest), shape[:dim] + (k,) + shape[dim + 1 :])
 
 
-def _plan(self: Tensor, k: int, dim: int, largest: bool) -> TopkPlan | None:
-    """The launch plan where the kernels take the call, else None."""
-    plan = _plan_or_why(self, k, dim, largest)
-    return None if plan.__class__ is str else plan
-
-
-_PLANS: SpecializationCache[TopkPlan | None] = SpecializationCache(_plan, 4096)
-_lookup = _PLANS.lookup
-
-
-def topk_cond(self: Tensor, k: int, dim: int, largest: bool, _sorted: bool) -> TopkPlan | None:
-    """The plan (cached per layout, k, dim and direction), or None to decline."""
-    if k.__class__ is not int:  # a SymInt while tracing
-        return None
-    if self.__class__ is not Tensor:
-        return _plan(self, k, dim, largest)
-    key = (self.size(), self.stride(), self.dtype, self.is_cuda, self.is_cpu, k, dim, largest)
-    plan = _lookup(key, MISSING)
-    return _PLANS.get(key, self, k, dim, largest) if plan is MISSING else plan
-
-
-def topk_explain(self: Tensor, k: int, dim: int, largest: bool, _sorted: bool) -> str | None:
-    """Why ``topk_cond`` declined (asked by traced calls only)."""
-    if k.__class__ is not int:
-        return f"k is a {k.__class__.__name__} (the kernels take a plain int k)"
-    found = _plan_or_why(self, k, dim, largest)
-    return found if found.__class__ is str else None
-
-
-@functools.cache
-def _kernels() -> ModuleType:
-    """The kernel module, imported (with triton) on the first launch rather than with the op."""
-    from python_native_dsls.triton.kernels import topk
-
-    return topk
-
-
-def topk_impl(self: Tensor, k: int, dim: int, largest: bool, _sorted: bool,
+def topk_impl(self: Tensor, k: int, dim: int, largest: bool, sorted: bool,
               plan: TopkPlan | None = None) -> tuple[Tensor, Tensor]:
-    plan = plan or topk_cond(self, k, dim, largest, _sorted)
     if plan is None:
-        raise ValueError(f"topk: the Triton kernels do not take k={k}, dim={dim} for a {self.dtype} tensor of "
-                         f"shape {tuple(self.shape)} and strides {self.stride()} (see the module's docstring)")
-    return _kernels().run_topk(self, plan)
+        plan = topk_plan_or_why(self, k, dim, largest, sorted)
+        if plan.__class__ is str:
+            raise ValueError(f"topk: the Triton kernels do not take k={k}, dim={dim} for a {self.dtype} tensor of "
+                             f"shape {tuple(self.shape)} and strides {self.stride()}: {plan}")
+    return FAMILY.kernels().run_topk(self, plan)
 
 
-OVERRIDES = [
-    OverrideSpec.planned("topk", topk_cond, topk_impl, measured=False, derive_variants=("out",),
-                         explain=topk_explain),
-]
+# A SymInt ``k`` comes with FakeTensors (tracing), which are planned directly: no key holds it.
+FAMILY = Family(DSL_NAME, "topk", [
+    Op("topk", topk_plan_or_why, topk_impl, ("self", "k", "dim", "largest"), measured=False,
+       options={"derive_variants": ("out",)}, bench=("topk",)),
+], kernels="topk")

@@ -1,32 +1,24 @@
-"""Why a cond declined: the conds' checks re-run one by one, each answering in words.
+"""Why the Triton kernels decline a call: the checks of their limits, each answering in words.
 
-Only traced routers ask (see ``OverrideSpec.explain``), and only for calls the cond declined, so
-these run the checks again rather than slowing the conds down to record which one failed. Each
-helper returns the first failing check's reason, or None where its checks pass.
+The families' ``plan_or_why`` functions chain these (and the shared ones of
+``python_native_dsls.reasons``, re-exported here) and return their plan where none has anything
+to say. Each helper returns the first failing check's reason, or None where its checks pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from python_native_dsls.layout import FLOAT_DTYPES, Rows, normalized_axis, view_rows
+from python_native_dsls.layout import Rows, as_rows
+from python_native_dsls.reasons import dtype, name, names, normalized, param, reduced_dim, same
 
 from ..plans.elementwise import unit_rows
-from ..plans.layout import MAX_INDEX, MAX_NORM_COLS, backend_device, dense_like, on_backend, row_fits
+from ..plans.layout import MAX_INDEX, MAX_NORM_BWD_COLS, MAX_NORM_COLS, backend_device, dense_like, on_backend, row_fits
 
-
-def name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def names(dtypes: Iterable[torch.dtype]) -> str:
-    """``dtypes`` as a sorted list in words (``"bfloat16, float16, float32"``)."""
-    return ", ".join(sorted(name(d) for d in dtypes))
-
-
-_FLOATS = names(FLOAT_DTYPES)
+__all__ = ["device", "dtype", "elementwise", "name", "names", "norm_rows", "param", "pointwise", "reduced", "rows", "same",
+           "stats"]
 
 
 def device(*tensors: torch.Tensor | None) -> str | None:
@@ -35,20 +27,6 @@ def device(*tensors: torch.Tensor | None) -> str | None:
         return None
     found = sorted({t.device.type for t in tensors if t is not None})
     return f"device {'/'.join(found)}: the kernels run on {backend_device()} here"
-
-
-def dtype(t: torch.Tensor, what: str = "dtype") -> str | None:
-    """``t`` is not of a float dtype the kernels take."""
-    return None if t.dtype in FLOAT_DTYPES else f"{what} {name(t.dtype)} (the kernels take {_FLOATS})"
-
-
-def same(t: torch.Tensor, other: torch.Tensor, what: str) -> str | None:
-    """``other`` (named ``what``) differs from ``t`` in dtype or shape."""
-    if other.dtype != t.dtype:
-        return f"{what} dtype {name(other.dtype)} differs from the input's {name(t.dtype)}"
-    if other.shape != t.shape:
-        return f"{what} shape {tuple(other.shape)} differs from the input's {tuple(t.shape)}"
-    return None
 
 
 def rows(r: Rows | None, what: str = "rows") -> str | None:
@@ -62,40 +40,24 @@ def rows(r: Rows | None, what: str = "rows") -> str | None:
 
 def reduced(t: torch.Tensor, dim: int, r: Rows | None) -> str | None:
     """A reduction over ``dim`` the row kernels cannot take."""
-    if t.ndim == 0:
-        return "a 0-d input"
-    if -t.ndim <= dim < t.ndim and any(size != 1 for size in t.shape[dim % t.ndim + 1:]):
-        return f"dim {dim} is not the last dim of size > 1"
-    return rows(r)
+    return reduced_dim(t, dim) or rows(r)
 
 
-def norm(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> str | None:
-    """Why ``norm_plan(x, normalized_shape, max_cols)`` is None."""
-    why = dtype(x)
-    if why:
-        return why
-    if normalized_axis(x, normalized_shape) is None:
-        return f"normalized_shape {tuple(normalized_shape)} is not the trailing shape of {tuple(x.shape)}"
-    r = view_rows(x, len(normalized_shape))
-    why = rows(r)
-    if why:
-        return why
-    return f"rows of width {r.n_cols} exceed the kernel's {max_cols}" if r.n_cols > max_cols else None
-
-
-def param(p: torch.Tensor | None, what: str, size: Sequence[int], x: torch.Tensor) -> str | None:
-    """An affine parameter the kernels cannot read (``param_ok`` spelled out)."""
-    if p is None:
-        return None
-    if p.dtype != x.dtype:
-        return f"{what} dtype {name(p.dtype)} differs from the input's {name(x.dtype)}"
-    if tuple(p.shape) != tuple(size):
-        return f"{what} shape {tuple(p.shape)} is not {tuple(size)}"
-    return None if p.is_contiguous() else f"{what} is not contiguous"
+def norm_rows(x: torch.Tensor, normalized_shape: Sequence[int], backward: bool) -> Rows | str:
+    """``x``'s rows where the norm kernels take them (the backward streams longer rows), else why not."""
+    found = dtype(x) or normalized(x, normalized_shape)
+    if found:
+        return found
+    r = as_rows(x, len(normalized_shape))
+    max_cols = MAX_NORM_BWD_COLS if backward else MAX_NORM_COLS
+    found = rows(r)
+    if found:
+        return found
+    return f"rows of width {r.n_cols} exceed the kernel's {max_cols}" if r.n_cols > max_cols else r
 
 
 def stats(stat: torch.Tensor, what: str, x: torch.Tensor, n_rows: int) -> str | None:
-    """Saved statistics the backward kernels cannot read (``stats_ok`` spelled out)."""
+    """Saved per-row statistics the backward kernels cannot read as a flat vector."""
     if stat.numel() != n_rows:
         return f"{what} has {stat.numel()} values for {n_rows} rows"
     if stat.dtype not in (x.dtype, torch.float32):

@@ -8,9 +8,9 @@ from typing import NamedTuple
 
 import torch
 
-from python_native_dsls.layout import FLOAT_DTYPES, Rows, as_rows
+from python_native_dsls.layout import Rows, as_rows
 
-from .layout import MAX_INDEX, dense_like, fits_index, on_backend
+from .layout import MAX_INDEX, dense_like
 from .tiles import ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, cdiv, next_power_of_2
 
 # Columns per program of the row kernels: blocks of a wide row (an MLP's 11008 or 14336 columns)
@@ -80,27 +80,17 @@ def plan_rows(rows: Sequence[Rows], act: int, gated: bool, dtypes: tuple) -> Row
     return RowsPlan(n_rows, n_cols, strides, gated, act, grid, block_m, block_n, warps, key)
 
 
-
-def pointwise_plan(x: torch.Tensor, act: int, unit: bool) -> ElementwisePlan | RowsPlan | None:
-    """``act(x)``: one flat launch where ``x`` is dense, else tiles over its rows (``unit``: only
-    rows with a contiguous last dim), else None (metadata only)."""
-    if not (on_backend(x) and x.dtype in FLOAT_DTYPES and fits_index(x)):
-        return None
-    if dense_like(x):
-        return plan_elementwise(x, act)
-    rows = unit_rows(x, unit)
-    return None if rows is None else plan_rows((rows,), act, False, (x.dtype,))
-
-
-def pointwise_backward_plan(grad: torch.Tensor, x: torch.Tensor, act: int, unit: bool) -> ElementwisePlan | RowsPlan | None:
-    """``grad * act'(x)``, as ``pointwise_plan``: flat where both share one dense layout."""
-    if not (on_backend(x, grad) and x.dtype in FLOAT_DTYPES and grad.dtype == x.dtype and fits_index(x)):
-        return None
-    if dense_like(x, grad):
+def pointwise_plan(x: torch.Tensor, act: int, unit: bool,
+                   grad: torch.Tensor | None = None) -> ElementwisePlan | RowsPlan | None:
+    """``act(x)`` (``grad * act'(x)`` for a backward): one flat launch where the operands share one
+    dense layout, else tiles over their rows (``unit``: only rows with a contiguous last dim), else
+    None. The layout alone decides: device, dtype and size are the family's checks (``why.elementwise``)."""
+    operands = (x,) if grad is None else (x, grad)
+    if dense_like(*operands):
         return plan_elementwise(x, act, grad)
-    if grad.shape != x.shape:
+    if grad is not None and grad.shape != x.shape:
         return None
-    x_rows, grad_rows = unit_rows(x, unit), unit_rows(grad, unit)
-    if x_rows is None or grad_rows is None:
+    rows = tuple(unit_rows(t, unit) for t in operands)
+    if any(r is None for r in rows):
         return None
-    return plan_rows((x_rows, grad_rows), act, False, (x.dtype, grad.dtype))
+    return plan_rows(rows, act, False, tuple(t.dtype for t in operands))

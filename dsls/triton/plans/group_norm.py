@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.foundations.speckey import MISSING, SpecializationCache
+from python_native_dsls.constants import sm_count
 from python_native_dsls.layout import FLOAT_DTYPES, collapse
 
 from .layout import MAX_INDEX
@@ -100,7 +100,7 @@ def programs_wanted(device_index: int) -> int:
     """Programs that keep every SM of a CUDA device busy (-1, a CPU tensor: the interpreter's few)."""
     if device_index < 0:
         return INTERPRETER_PROGRAMS
-    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device_index).multi_processor_count
+    return PROGRAMS_PER_SM * sm_count(device_index)
 
 
 def _splits(work_items: int, tiles: int, wanted: int) -> tuple[int, int]:
@@ -119,8 +119,6 @@ def _memory_format(x: torch.Tensor) -> torch.memory_format | None:
     return fmt if x.is_contiguous(memory_format=fmt) else None
 
 
-# The cond's checks of the input, once: ``_build`` (behind the plan cache) declines exactly where
-# this gives a reason, and the ops' traced explanations report that reason.
 def plan_or_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_index: int) -> GroupNormPlan | str:
     """The plan where the kernels take ``x`` with these size arguments, else why not (a str)."""
     found = shape_why(x, n, c, hw, groups)
@@ -147,16 +145,6 @@ def plan_or_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_in
     )
 
 
-def _build(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_index: int) -> GroupNormPlan | None:
-    plan = plan_or_why(x, n, c, hw, groups, device_index)
-    return None if plan.__class__ is str else plan
-
-
-_PLANS: SpecializationCache[GroupNormPlan | None] = SpecializationCache(_build, 4096)
-_lookup = _PLANS.lookup
-_Tensor = torch.Tensor
-
-
 def shape_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int) -> str | None:
     """Why ``x`` is not a float ``N x C x *`` tensor matching the op's size arguments within the
     kernels' limits (None: it is)."""
@@ -180,12 +168,9 @@ def shape_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int) -> str | No
 
 def group_norm_plan(x: torch.Tensor, n: int, c: int, hw: int, groups: int) -> GroupNormPlan | None:
     """The plan for ``native_group_norm(x, ..., N, C, HxW, group)`` (and its backward) where the
-    kernels take ``x``, else None. Cached per layout for exact ``torch.Tensor``s."""
-    if x.__class__ is not _Tensor:
-        return _build(x, n, c, hw, groups, x.get_device())
-    key = (x.size(), x.stride(), x.dtype, x.get_device(), n, c, hw, groups)
-    plan = _lookup(key, MISSING)
-    return _PLANS.get(key, x, n, c, hw, groups, x.get_device()) if plan is MISSING else plan
+    kernels take ``x``, else None (the ops' conds cache it per layout; this computes it)."""
+    plan = plan_or_why(x, n, c, hw, groups, x.get_device())
+    return None if plan.__class__ is str else plan
 
 
 def view_of(t: torch.Tensor, n: int, c: int, hw: int) -> ChannelView | None:

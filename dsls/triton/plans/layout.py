@@ -46,11 +46,6 @@ def on_backend(*tensors: torch.Tensor | None) -> bool:
     return True
 
 
-def stats_ok(stat: torch.Tensor, x: torch.Tensor, n_rows: int) -> bool:
-    """Saved per-row statistics the backward kernels can read as a flat vector."""
-    return stat.numel() == n_rows and stat.dtype in (x.dtype, torch.float32) and stat.is_contiguous()
-
-
 def row_fits(r: Rows | None) -> bool:
     """A non-empty row view whose in-row offsets stay within int32."""
     return r is not None and r.n_rows > 0 and 0 < r.n_cols and (r.n_cols - 1) * r.col_stride <= MAX_INDEX
@@ -77,8 +72,3 @@ def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:
             return False
         expected *= size
     return True
-
-
-def fits_index(t: torch.Tensor) -> bool:
-    """Non-empty and small enough for the flat (int32-indexed) elementwise kernels."""
-    return 0 < t.numel() <= MAX_INDEX

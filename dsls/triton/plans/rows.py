@@ -1,8 +1,8 @@
 """Launch plans of the row kernels: softmax (``RowPlan``) and the norms (``NormPlan``).
 
 A plan holds everything a launch needs beyond the tensors (rows and strides, tile, grid, how to
-allocate the output); conds build one per call, or find it cached per layout, and the kernels
-launch along it.
+allocate the output); the ops' conds build one per layout (and cache it: ``python_native_dsls.family``)
+and the kernels launch along it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from python_native.foundations.speckey import MISSING, SpecializationCache
-from python_native_dsls.layout import FLOAT_DTYPES, Rows, normalized_axis, stat_shape, view_rows
+from python_native_dsls.layout import FLOAT_DTYPES, Rows, as_rows, normalized_axis, stat_shape
 
 from .layout import MAX_NORM_COLS, row_fits
 from .tiles import MAX_ROW_BLOCK, cdiv, row_config
@@ -61,11 +60,16 @@ class NormPlan(NamedTuple):
     block_n: int
 
 
-def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int) -> NormPlan | None:
+def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> NormPlan | None:
+    """The plan for a float ``x`` normalized over its trailing ``normalized_shape``, when the
+    single-block norm kernels handle its rows (up to ``max_cols`` long), else None. The ops cache
+    it per layout (their conds); this computes it."""
+    if x.dtype not in FLOAT_DTYPES:
+        return None
     axis = normalized_axis(x, normalized_shape)
     if axis is None:
         return None
-    rows = view_rows(x, len(normalized_shape))
+    rows = as_rows(x, len(normalized_shape))
     if not row_fits(rows) or rows.n_cols > max_cols:
         return None
     if rows.n_cols > MAX_ROW_BLOCK:  # the backward streams such rows; no forward launch to plan
@@ -73,9 +77,8 @@ def _norm_plan(x: torch.Tensor, normalized_shape: tuple[int, ...], max_cols: int
     else:
         cfg = row_config(rows.n_rows, rows.n_cols)
         grid, warps, block_m, block_n = (cdiv(rows.n_rows, cfg.block_m),), cfg.num_warps, cfg.block_m, cfg.block_n
-    return NormPlan(
-        rows, tuple(stat_shape(x, axis)), torch.Size(normalized_shape), x.is_contiguous(), grid, warps, block_m, block_n
-    )
+    return NormPlan(rows, tuple(stat_shape(x, axis)), torch.Size(tuple(normalized_shape)), x.is_contiguous(), grid,
+                    warps, block_m, block_n)
 
 
 class RmsMode(NamedTuple):
@@ -86,21 +89,3 @@ class RmsMode(NamedTuple):
     eps: float
     offset: float
     cast_x: bool
-
-
-_NORM_PLANS: SpecializationCache[NormPlan | None] = SpecializationCache(_norm_plan, 4096)
-_norm_lookup = _NORM_PLANS.lookup
-_Tensor = torch.Tensor
-
-
-def norm_plan(x: torch.Tensor, normalized_shape: Sequence[int], max_cols: int = MAX_NORM_COLS) -> NormPlan | None:
-    """The plan for a float ``x`` normalized over its trailing ``normalized_shape``, when the
-    single-block norm kernels handle its rows (up to ``max_cols`` long), else None."""
-    if x.dtype not in FLOAT_DTYPES:
-        return None
-    shape = tuple(normalized_shape)
-    if x.__class__ is not _Tensor:
-        return _norm_plan(x, shape, max_cols)
-    key = (x.size(), x.stride(), shape, max_cols)
-    plan = _norm_lookup(key, MISSING)
-    return _NORM_PLANS.get(key, x, shape, max_cols) if plan is MISSING else plan

@@ -45,6 +45,7 @@ from python_native.tools.bench.rows import (
     bytes_moved,
     cases,
     make_inputs,
+    symbols_of,
     torch_function,
 )
 from python_native.tools.bench.timing import Fn, Timer, copy_bandwidth, cpu_timer, gpu_throughput_timer, gpu_timer
@@ -53,6 +54,6 @@ __all__ = [
     "HEADER", "IO_FACTOR", "MISSING", "OPS", "CalibArgs", "Case", "Fn", "Inputs", "Row", "Timer", "bytes_moved",
     "calibrate", "calibrated_dsls", "calibration_shapes", "calibration_steps", "cases", "competitors", "copy_bandwidth", "cpu_timer", "device_properties",
     "environment", "format_row", "geometric_mean_line", "gpu_throughput_timer", "gpu_timer", "json_document",
-    "make_inputs", "measure_case", "parse_dtypes", "parse_ops", "pick_device", "plot", "run_rows", "runner",
+    "make_inputs", "measure_case", "parse_dtypes", "parse_ops", "pick_device", "plot", "run_rows", "runner", "symbols_of",
     "torch_function",
 ]

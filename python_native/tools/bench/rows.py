@@ -217,6 +217,19 @@ def make_inputs(case: Case, device: str) -> Inputs:
     return inputs
 
 
+def symbols_of(ops: Sequence[str]) -> list[str]:
+    """The op symbols the rows of ``ops`` reach (``softmax`` -> ``_softmax``, ``_softmax_backward_data``),
+    as the op families of every built-in backend name them (``Op.bench``), each once, in family order."""
+    from python_native_dsls.cutedsl.ops import families as cutedsl_families
+    from python_native_dsls.triton.ops import families as triton_families
+
+    wanted = set(ops)
+    found: dict[str, None] = {}
+    for family in [*triton_families(), *cutedsl_families()]:
+        found.update((b.spec.op, None) for b in family if wanted.intersection(b.op.bench))
+    return list(found)
+
+
 def groups_of(channels: int) -> int:
     """The group count of a group norm row: ``GROUPS``, or the largest count dividing it that divides C."""
     return math.gcd(channels, GROUPS)

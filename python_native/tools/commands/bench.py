@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from python_native.tools.commands.names import ROW_OPS, for_rows, listed
+from python_native.tools.commands.names import for_rows, listed
 from python_native.tools.commands.usage import UsageError, report, writable_file
 
 HELP = "benchmark the overrides against aten on this device, or write a calibration table (--calibrate)"
@@ -135,8 +135,8 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
     if device != "cuda" and not args.allow_interpreter:
         raise UsageError("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
                          "it through Triton's interpreter; its table says nothing about speed)")
-    if ops:  # --op names benchmark rows; calibrate the aten ops behind them
-        ops = list(dict.fromkeys(symbol for op in ops for symbol in ROW_OPS[op]))
+    if ops:  # --op names benchmark rows; calibrate the ops behind them (the families name them)
+        ops = bench.symbols_of(ops)
 
     target = Path(args.output).expanduser().parent if args.output else calibration.sources.user_dir()
     problem = calibration.store.unwritable(target)

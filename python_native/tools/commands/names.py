@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import pkgutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -59,19 +58,12 @@ LIBRARIES = {"triton": "python_native_dsls.triton.ops", "cutedsl": "python_nativ
 
 
 def _library_specs(dsl: str) -> list:
-    """Every ``OverrideSpec`` built-in library ``dsl`` declares, whether or not it runs here."""
+    """Every ``OverrideSpec`` built-in library ``dsl`` declares (its families'), whether or not it runs here."""
     try:
-        library = importlib.import_module(LIBRARIES[dsl])
+        families = importlib.import_module(LIBRARIES[dsl]).families()
     except Exception:  # a broken backend costs only its own names
         return []
-    specs = []
-    for info in pkgutil.iter_modules(library.__path__):
-        try:
-            module = importlib.import_module(f"{LIBRARIES[dsl]}.{info.name}")
-        except Exception:
-            continue
-        specs += getattr(module, "OVERRIDES", ())
-    return specs
+    return [spec for family in families for spec in family.specs]
 
 
 def library_names(dsl: str, lib: str = "aten") -> list[str]:

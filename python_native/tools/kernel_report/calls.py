@@ -12,8 +12,6 @@ such a row calls instead.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,15 +98,14 @@ def calls_of(case: rows.Case, wanted: set[str]) -> list[Call]:
 
 
 def triton_overrides() -> dict[str, Any]:
-    """Every override of every Triton op family, by op symbol: the modules of
-    ``python_native_dsls.triton.ops`` that list ``OVERRIDES``, installed at this key or not."""
+    """Every override of every Triton op family, by op symbol: ``(family name, spec)`` for each op
+    the families of ``python_native_dsls.triton.ops`` declare, installed at this key or not."""
     from python_native_dsls.triton import ops
 
     specs: dict[str, Any] = {}
-    for info in sorted(pkgutil.iter_modules(ops.__path__), key=lambda m: m.name):
-        family = importlib.import_module(f"{ops.__name__}.{info.name}")
-        for spec in getattr(family, "OVERRIDES", ()):
-            specs.setdefault(spec.op, (info.name, spec))
+    for family in sorted(ops.families(), key=lambda f: f.name):
+        for spec in family.specs:
+            specs.setdefault(spec.op, (family.name, spec))
     return specs
 
 
