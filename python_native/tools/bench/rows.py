@@ -217,17 +217,29 @@ def make_inputs(case: Case, device: str) -> Inputs:
     return inputs
 
 
-def symbols_of(ops: Sequence[str]) -> list[str]:
-    """The op symbols the rows of ``ops`` reach (``softmax`` -> ``_softmax``, ``_softmax_backward_data``),
-    as the op families of every built-in backend name them (``Op.bench``), each once, in family order."""
+def _reached() -> list[tuple[str, str]]:
+    """``(row, op symbol)`` for every benchmark row an op of a built-in family names (``Op.bench``),
+    in family order."""
     from python_native_dsls.cutedsl.ops import families as cutedsl_families
     from python_native_dsls.triton.ops import families as triton_families
 
+    return [(row, b.spec.op) for family in [*triton_families(), *cutedsl_families()] for b in family
+            for row in b.op.bench]
+
+
+def symbols_of(ops: Sequence[str]) -> list[str]:
+    """The op symbols the rows of ``ops`` reach (``softmax`` -> ``_softmax``, ``_softmax_backward_data``),
+    as the op families of every built-in backend name them (``Op.bench``), each once, in family order."""
     wanted = set(ops)
-    found: dict[str, None] = {}
-    for family in [*triton_families(), *cutedsl_families()]:
-        found.update((b.spec.op, None) for b in family if wanted.intersection(b.op.bench))
-    return list(found)
+    return list(dict.fromkeys(symbol for row, symbol in _reached() if row in wanted))
+
+
+def row_symbols() -> dict[str, tuple[str, ...]]:
+    """Per benchmark row, the op symbols it reaches (``symbols_of`` of that row alone)."""
+    found: dict[str, dict[str, None]] = {}
+    for row, symbol in _reached():
+        found.setdefault(row, {})[symbol] = None
+    return {row: tuple(symbols) for row, symbols in found.items()}
 
 
 def groups_of(channels: int) -> int:

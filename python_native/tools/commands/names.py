@@ -22,28 +22,6 @@ from dataclasses import dataclass
 
 from python_native.tools.commands.usage import UsageError
 
-# The aten ops behind each benchmark row (``python_native.tools.bench.rows.OPS``): what the row's
-# torch call reaches, forward and backward.
-ROW_OPS: dict[str, tuple[str, ...]] = {
-    "rms_norm": ("_fused_rms_norm", "_fused_rms_norm_backward"),
-    "layer_norm": ("native_layer_norm", "native_layer_norm_backward"),
-    "softmax": ("_softmax", "_softmax_backward_data"),
-    "log_softmax": ("_log_softmax", "_log_softmax_backward_data"),
-    "silu": ("silu", "silu_backward"), "gelu": ("gelu", "gelu_backward"),
-    "gelu_tanh": ("gelu", "gelu_backward"), "bmm_outer": ("bmm",),
-    "sum": ("sum.dim_IntList",), "sum_dim0": ("sum.dim_IntList",), "mean": ("mean.dim",), "prod": ("prod.dim_int",),
-    "amax": ("amax",), "amin": ("amin",), "argmax": ("argmax",), "argmin": ("argmin",), "max_dim": ("max.dim",),
-    "min_dim": ("min.dim",), "topk": ("topk",), "scatter_add": ("scatter_add", "scatter_add_"),
-    "index_add": ("index_add", "index_add_"),
-    "group_norm": ("native_group_norm", "native_group_norm_backward"),
-    "group_norm_cl": ("native_group_norm", "native_group_norm_backward"),
-    "dropout": ("native_dropout", "native_dropout_backward", "bernoulli_.float"),
-    "rms_norm_llama": ("rms_norm", "rms_norm_backward"), "rms_norm_gemma": ("rms_norm", "rms_norm_backward"),
-    "swiglu": ("swiglu", "swiglu_backward"), "swiglu_chunked": ("swiglu", "swiglu_backward"),
-    "geglu": ("geglu", "geglu_backward"), "rotary": ("rotary", "rotary_backward"),
-    "gelu_tanh_formula": ("gelu_tanh", "gelu_tanh_backward"), "quick_gelu": ("quick_gelu", "quick_gelu_backward"),
-}
-
 
 def listed(values: Sequence[str] | str | None) -> list[str]:
     """Repeated option values and comma lists alike, in order, once each: ``["a,b", "a"]`` -> ``["a", "b"]``."""
@@ -172,9 +150,13 @@ def for_ops(option: str, ops: Iterable[str], what: str, note: str = "") -> Choic
 
 def for_rows(option: str, rows: Sequence[str], what: str = "benchmark row") -> Choice:
     """``option`` selecting benchmark rows: a row's own name (``gelu_tanh``, ``sum_dim0``) selects
-    it; any other op name, every row reaching one of the aten ops it covers."""
+    it; any other op name, every row reaching one of the aten ops it covers (the rows the op
+    families name in their ``bench=`` declarations)."""
+    from python_native.tools.bench.rows import row_symbols
+
+    reached = row_symbols()
     targets: dict[str, tuple[str, ...]] = {}
     for name, covered in catalogue().names.items():
-        targets[name] = tuple(row for row in rows if set(ROW_OPS.get(row, ())) & set(covered))
+        targets[name] = tuple(row for row in rows if set(reached.get(row, ())) & set(covered))
     targets.update({row: (row,) for row in rows})
     return Choice(option, targets, what, tuple(rows))
