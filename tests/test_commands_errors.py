@@ -48,6 +48,9 @@ CASES = [
     (["verify", "--op", "sofmax"], "did you mean softmax"),
     (["verify", "--op", "linear_cros_entropy"], "did you mean linear_cross_entropy"),
     (["verify", "--max-samples", "-1"], "--max-samples -1"),
+    (["reach", "--model", "lamma"], "'lamma'"),
+    (["reach", "--script", f"{MISSING}/model.py"], f"{MISSING}/model.py"),
+    (["reach", "--device", "bogus"], "'bogus'"),
 ]
 
 

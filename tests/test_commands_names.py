@@ -90,10 +90,12 @@ def test_precompile_front_honours_cache_dir(tmp_path):
     if compiled_front_problem() is not None:
         pytest.skip(compiled_front_problem())
     from python_native.features.front import build
+    from python_native.foundations import trust
 
-    built = build.library_path()
+    built = build.build()[1]  # the default cache's library (compiled once if missing)
     (tmp_path / "front").mkdir()
-    shutil.copy(built, tmp_path / "front" / built.name)  # as a build into DIR leaves it, without compiling again
+    for path in (built, trust.manifest_path(built)):  # as a build into DIR leaves it (library and manifest)
+        shutil.copy(path, tmp_path / "front" / path.name)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("PYTHON_NATIVE_CACHE_DIR", None)
     proc = subprocess.run([sys.executable, "-m", "python_native", "precompile", "--dsl", "front", "--cache-dir",

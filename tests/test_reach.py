@@ -66,13 +66,15 @@ def test_the_command_reaches_a_built_in_model_and_a_users_script(tmp_path, capsy
     assert rows["Qwen2RMSNorm"]["override"] == {"rms_norm": 5, "rms_norm_backward": 5}
 
 
-def test_the_command_names_a_bad_model_and_a_bad_script(tmp_path):
-    with pytest.raises(SystemExit, match="no transformers model type is named 'lama'"):
-        main(["reach", "--model", "lama"])
+def test_the_command_names_a_bad_model_and_a_bad_script(tmp_path, capsys):
+    """One line naming the value, exit status 2 (``python_native.tools.commands.usage``)."""
+    assert main(["reach", "--model", "lama"]) == 2
+    assert "no transformers model type is named 'lama'" in capsys.readouterr().err
     script = tmp_path / "empty.py"
     script.write_text("x = 1\n")
-    with pytest.raises(SystemExit, match="defines no build\\(\\) function"):
-        main(["reach", "--script", str(script)])
+    assert main(["reach", "--script", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m python_native reach: --script") and "defines no build() function" in err
 
 
 def test_reach_needs_a_module_and_a_loss():

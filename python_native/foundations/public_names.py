@@ -83,3 +83,12 @@ def groups() -> dict[str, tuple[str, ...]]:
     with _lock:
         return {public: group.ops() for public, group in sorted(_groups.items())}
 
+
+
+def public_name_of(op: str) -> str | None:
+    """The public name ``op`` is declared under (the first, when several declare it), or None."""
+    with _lock:
+        for public, group in sorted(_groups.items()):
+            if op in group.forward or op in group.backward:
+                return public
+    return None

@@ -14,7 +14,10 @@ import argparse
 import json
 import runpy
 import sys
+from pathlib import Path
 from typing import Any
+
+from python_native.tools.commands.usage import UsageError
 
 HELP = "one training step of a model (a tiny built-in config, or your script's): what reaches an override, per module class"
 
@@ -38,10 +41,10 @@ def _from_script(path: str) -> tuple[Any, tuple, dict]:
     namespace = runpy.run_path(path, run_name="__python_native_reach__")
     build = namespace.get("build")
     if not callable(build):
-        raise SystemExit(f"reach: {path} defines no build() function returning (model, inputs)")
+        raise UsageError(f"--script {path}: defines no build() function returning (model, inputs)")
     result = build()
     if not isinstance(result, tuple) or len(result) != 2:
-        raise SystemExit(f"reach: {path}'s build() must return (model, inputs), got {type(result).__name__}")
+        raise UsageError(f"--script {path}: build() must return (model, inputs), got {type(result).__name__}")
     model, inputs = result
     if isinstance(inputs, dict):
         return model, (), inputs
@@ -54,16 +57,34 @@ def _tiny(args: argparse.Namespace) -> tuple[Any, tuple, dict]:
     from python_native.tools import tiny_models
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        model = tiny_models.build(args.model, dtype=getattr(torch, args.dtype)).to(device)
-    except (RuntimeError, ValueError) as e:
-        raise SystemExit(f"reach: {e}") from None
+    model = tiny_models.build(args.model, dtype=getattr(torch, args.dtype)).to(device)
     return model, (), tiny_models.example_inputs(model)
+
+
+def _check(args: argparse.Namespace) -> None:
+    """The script, device and model family asked for, checked before any model is built."""
+    import torch
+
+    from python_native.tools import tiny_models
+
+    if args.script is not None and not Path(args.script).expanduser().is_file():
+        raise UsageError(f"--script {args.script}: no such file; give a Python file defining build()")
+    if args.device is not None:
+        try:
+            torch.device(args.device)
+        except RuntimeError as e:
+            raise UsageError(f"--device {args.device!r}: {e}") from None
+    if args.script is None:
+        try:
+            tiny_models.config(args.model)
+        except (RuntimeError, ValueError) as e:
+            raise UsageError(f"--model: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
     import python_native as pn
 
+    _check(args)
     model, inputs, kwargs = _from_script(args.script) if args.script else _tiny(args)
     report = pn.reach(model, *inputs, kwargs=kwargs, patch=not args.no_patch)
     if args.json:
