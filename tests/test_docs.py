@@ -134,7 +134,7 @@ def test_readme_lists_every_op_each_library_overrides():
         listed = re.findall(r"`([^`]+)`", match.group(2))
         assert sorted(listed) == names.library_names(dsl) and int(match.group(1)) == len(listed), (dsl, listed)
     fused = next(line for line in README.read_text().splitlines() if line.startswith("| Fused ops outside aten |"))
-    assert all(f"pn.{name}" in fused for name in names.library_names("triton", "python_native"))
+    assert all(f"`torch.ops.python_native.{name}`" in fused for name in names.library_names("triton", "python_native"))
 
 
 def test_ci_runs_the_readmes_test_command_then_the_slow_tests():
