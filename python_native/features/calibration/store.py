@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +104,20 @@ def delete_user_tables(device_key: str | None = None) -> list[Path]:
                 path.unlink()
                 removed.append(path)
     return removed
+
+
+def update_user_table(filename: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Read the user's table ``filename`` (None where there is none), let ``change`` return the table
+    to write (None: write nothing), and write it, all under the folder's lock: processes adding rows
+    at once (the ranks of a job, each on first use) never lose each other's. A file that is not a
+    valid table raises ``ValueError`` and is left as it is. Returns the table as it stands after."""
+    folder = sources.user_dir()
+    path = folder / filename
+    with _locked(folder):
+        current = tables.load(path) if path.is_file() else None
+        fresh = change(current)
+        if fresh is None:
+            return current
+        tables.validate(fresh, "the table to write")
+        write_atomically(path, json.dumps(fresh, indent=1) + "\n", lock=False)
+        return fresh

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FunctionType, ModuleType
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -70,6 +70,7 @@ class _Front:
         self.mode_cells: dict[Any, memoryview] = {}  # slot -> its front's mode, as one writable uint32
         self.graveyard: list[tuple[float, Any]] = []  # uninstalled fronts, kept while calls may be inside
         self.scalar_types: dict[str, int] = {}
+        self.wide_row = 0  # the gates' wide-row rule the fronts were made with (0: no gates declared)
 
 
 _state = _Front()
@@ -191,9 +192,12 @@ def current() -> str:
 
 
 def _registered(slot: Any) -> None:
+    # The width class is the gates' own rule: their wide-row length goes into every front made.
+    _state.wide_row = extensions.CALL_GATES[0].wide_row if extensions.CALL_GATES else 0
     front = _state.module.Front(
         f"{slot.lib}::{slot.sig.packet}", "" if slot.sig.overload == "default" else slot.sig.overload,
         slot.dispatch_key, slot.namespace["_pn_fallback"], torch.library.get_kernel(slot.op_name, slot.dispatch_key),
+        _state.wide_row or 1 << 62,
     )
     front.install()
     _state.fronts[slot] = front
@@ -242,12 +246,6 @@ _PYTHON: tuple[int, tuple] = (-1, ())  # the two decisions without masks, set wh
 _FALLBACK: tuple[int, tuple] = (-1, ())
 
 
-def _attribute(fn: Any, name: str) -> Any:
-    """``getattr(fn, name, None)``; a plain function's attributes can only be in its ``__dict__``,
-    read without the exception a missing one raises inside ``getattr``."""
-    return fn.__dict__.get(name) if type(fn) is FunctionType else getattr(fn, name, None)
-
-
 def _decide(slot: Any) -> tuple[int, tuple]:
     """The front's mode for ``slot`` now, and the masks of calls every active override declines."""
     m = _state.module
@@ -258,11 +256,12 @@ def _decide(slot: Any) -> tuple[int, tuple]:
     device: str | None | bool = False  # looked up once, where the first gate offers masks
     combined: dict[str, list[int]] | None = None
     for o in slot.active:
-        if o.unconditional or _attribute(o.routed_impl, "python_native_sees_every_call"):
+        if o.unconditional or extensions.sees_every_call(o.routed_impl):
             return _PYTHON
-        masks_of = _attribute(o.routed_cond, "decline_masks")
-        if not callable(masks_of):
+        found = extensions.masks_of(o.routed_cond)
+        if found is None or found[0] != _state.wide_row:  # no gate, or one that classifies calls otherwise
             return _PYTHON
+        masks_of = found[1]
         if device is False:
             device = _device_key(slot.dispatch_key)
         masks = masks_of(device) if device is not None else None
