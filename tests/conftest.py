@@ -110,6 +110,16 @@ def calib(tmp_path, monkeypatch):
     calibration.reset()
 
 
+@pytest.fixture
+def bench(calib, monkeypatch):
+    """pn.benchmark on, on a fake GPU with a faked clock (``first_use_testing.Bench``); off afterwards."""
+    from first_use_testing import Bench
+
+    found = Bench(calib, monkeypatch)
+    yield found
+    found.close()
+
+
 @pytest.fixture(autouse=True)
 def unfrozen_torch_flags():
     """Importing torch's own test utilities (OpInfo samples, through verify) freezes torch's flags

@@ -98,8 +98,8 @@ class GatedCond:
         return not (self_.dtype == torch.float32 and self_.numel().bit_length() == 3
                     and self_.shape[-1] < calibration.WIDE_ROW)
 
-    def decline_masks(self, device_key):
-        return {"float32": (1 << 3, 0)} if device_key == "cpu" else None
+    def decline_masks(self, dispatch_key):
+        return {"float32": (1 << 3, 0)} if dispatch_key == "CPU" else None
 
 
 @pytest.fixture

@@ -56,9 +56,10 @@ class CallGates:
 
     A call's size bucket is ``numel().bit_length()`` of its first tensor argument; its rows are
     wide where that argument's last dim is at least ``wide_row``. ``masks(cond)``: for a routed
-    cond that is one of the feature's gates, a function ``device_key -> {dtype name: (narrow,
+    cond that is one of the feature's gates, a function ``dispatch_key -> {dtype name: (narrow,
     wide)} | None`` giving 64-bit masks of the size buckets (0..63) where the gate surely declines
-    (None: nothing known); None for any other cond.
+    the calls that key serves (None: nothing known, or the key's calls may run on devices the
+    gate judges differently); None for any other cond.
     """
 
     wide_row: int
@@ -134,7 +135,7 @@ def sees_every_call(impl: Any) -> bool:
 
 
 def masks_of(cond: Any) -> tuple[int, Callable[[str], dict[str, tuple[int, int]] | None]] | None:
-    """``(wide_row, masks for a device key)`` where ``cond`` (a routed cond) is a declared gate, else None."""
+    """``(wide_row, masks for a dispatch key)`` where ``cond`` (a routed cond) is a declared gate, else None."""
     for gates in CALL_GATES:
         found = gates.masks(cond)
         if found is not None:

@@ -142,6 +142,8 @@ def _device_lines(d: dict, detail: bool) -> list[str]:
             assumed = f", assumed for {', '.join(g['assumed'])}" if g.get("assumed") else ""
             props = ", ".join(f"{k} {v:g}" for k, v in g["properties"].items())
             sources.append(f"the portable policy ({props}{assumed}; +{g['margin_buckets']} bucket margin)")
+    if d.get("first_use") or d.get("measuring"):
+        sources.insert(0, "first-use verdicts (pn.benchmark)")
     lines = _wrapped(f"device {d['device']} ({d['seen_by']}): gated by "
                      + ("; then ".join(sources) if sources else "nothing: every cond decides alone"), "  ")
     lines += _first_use_lines(d, detail)
@@ -211,6 +213,8 @@ def calibration_lines(info: dict, detail: bool = False) -> list[str]:
         lines.append(f"  in force here: {info['in_force']}")
     elif any(d["device"] == info.get("device") and d["gated_by"] for d in info["devices"]):
         lines += _wrapped(f"in force here: the portable policy (device {info['device']})", "  ")
+    elif any(d["device"] == info.get("device") and (d.get("first_use") or d.get("measuring")) for d in info["devices"]):
+        lines += _wrapped(f"in force here: first-use verdicts (device {info['device']})", "  ")
     else:
         device = info.get("device") or "not known until a kernel runs on the GPU"
         lines += _wrapped(f"in force here: none (device {device}); every cond decides alone, as uncalibrated", "  ")

@@ -118,9 +118,12 @@ def benchmark() -> bool | str:
 
 def set_benchmark(value: Any) -> None:
     """Set ``pn.benchmark`` (a bad value raises ``ValueError`` naming the allowed ones); the gates
-    read their verdicts again, and a compiled front its masks."""
+    read their verdicts again, and a compiled front its masks. Switched on, it gates the installed
+    overrides no source spoke for (switched off, those gates go again); op families left out at
+    import as unmeasured need ``PYTHON_NATIVE_BENCHMARK`` set before it (they install at import only)."""
     if first_use.set_mode(value):
         gates.reread()
+        gates.regate()  # overrides nothing else speaks for are gated while it measures, and only then
 
 
 class benchmark_set:  # noqa: N801  (used like a function: ``with pn.benchmark_set(True):``)
@@ -171,8 +174,16 @@ def faster_rivals(op: str, dtype: str, bucket: int, device: str | None = None, d
 
 
 def _masks_of(cond: Any) -> Callable[[str], dict[str, tuple[int, int]] | None] | None:
+    """For a compiled front: a gate's decline masks for the calls a dispatch key serves."""
     found = gate_of(cond)
-    return found.decline_masks if found is not None else None
+    if found is None:
+        return None
+
+    def at(dispatch_key: str) -> dict[str, tuple[int, int]] | None:
+        device = resolve.device_at(dispatch_key)
+        return found.decline_masks(device) if device is not None else None
+
+    return at
 
 
 extensions.wrap_conds(gate_override)

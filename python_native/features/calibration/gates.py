@@ -309,6 +309,31 @@ def reset() -> None:
     reread()
 
 
+def regate() -> None:
+    """Make the committed overrides' gating match what speaks for them now (``pn.benchmark`` was
+    switched): an override nothing spoke for at its commit is gated, a gate nothing speaks for any
+    more is taken off (it would cost its reads for nothing). Routers are bound to the result."""
+    from python_native.core import routers
+
+    with REGISTRY.lock:
+        for o in REGISTRY.overrides():
+            slot = o.slot
+            if slot is None or o.unconditional or o.routed_cond is None or gate_of(o.cond) is not None:
+                continue  # a gate built by hand stays as its author made it
+            gate = gate_of(o.routed_cond)
+            wanted = could_gate(o.dispatch_key, o.dsl, o.functional.op)
+            if gate is None and wanted:
+                routed = gate_override(o, o.routed_cond)
+            elif gate is not None and not wanted:
+                routed, gate.owner = gate.__wrapped__, None
+                forget_gate(gate.op, gate.dsl)
+            else:
+                continue
+            o.routed_cond = routed
+            routers.bind(slot, o)
+            REGISTRY.refresh(slot)
+
+
 def reread() -> None:
     """Every gate resolves its verdicts again (``pn.benchmark`` changed); re-select the routers."""
     for gate in list(_gates):

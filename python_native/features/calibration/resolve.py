@@ -203,6 +203,17 @@ def devices_at(dispatch_key: str) -> list[Resolution]:
     return [resolution(k, warn=False) for k in sorted(catalog().table_devices())] + [resolution(UNKNOWN_GPU)]
 
 
+def device_at(dispatch_key: str) -> str | None:
+    """The device key of every call ``dispatch_key`` serves, where there is one: this process's CPU
+    device at the CPU key, the one GPU model NVML lists at the CUDA key; None where it can differ."""
+    if dispatch_key == "CPU":
+        return device_key("cpu")
+    if dispatch_key == "CUDA":
+        keys = nvml.device_keys()
+        return next(iter(keys)) if keys is not None and len(keys) == 1 else None
+    return None
+
+
 def device_key(device: Any) -> str:
     """``"<name>/sm<cc>"`` for a CUDA device, ``"cpu"`` otherwise; cached per device."""
     import torch

@@ -40,7 +40,7 @@ import torch
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features.front import build
-from python_native.foundations import env, nvml
+from python_native.foundations import env
 
 log = logging.getLogger("python_native")
 
@@ -253,7 +253,6 @@ def _decide(slot: Any) -> tuple[int, tuple]:
         return _PYTHON
     if not slot.active:
         return _FALLBACK
-    device: str | None | bool = False  # looked up once, where the first gate offers masks
     combined: dict[str, list[int]] | None = None
     for o in slot.active:
         if o.unconditional or extensions.sees_every_call(o.routed_impl):
@@ -261,10 +260,7 @@ def _decide(slot: Any) -> tuple[int, tuple]:
         found = extensions.masks_of(o.routed_cond)
         if found is None or found[0] != _state.wide_row:  # no gate, or one that classifies calls otherwise
             return _PYTHON
-        masks_of = found[1]
-        if device is False:
-            device = _device_key(slot.dispatch_key)
-        masks = masks_of(device) if device is not None else None
+        masks = found[1](slot.dispatch_key)
         if not masks:
             return _PYTHON
         if combined is None:
@@ -278,16 +274,6 @@ def _decide(slot: Any) -> tuple[int, tuple]:
         if (narrow or wide) and _DTYPE_NAMES.get(dtype) in _state.scalar_types
     )
     return (m.MODE_GATED, entries) if entries else _PYTHON
-
-
-def _device_key(dispatch_key: str) -> str | None:
-    """The device a slot's calls run on, as calibration names it; None where it can differ by call."""
-    if dispatch_key == "CPU":
-        return "cpu"
-    if dispatch_key == "CUDA":
-        keys = nvml.device_keys()
-        return next(iter(keys)) if keys is not None and len(keys) == 1 else None
-    return None
 
 
 def describe() -> dict[str, Any]:
