@@ -3,7 +3,6 @@ tracing (nothing measured), the compiled front's masks, op families no GPU has t
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
@@ -15,7 +14,7 @@ import python_native as pn
 from calibration_testing import FAKE_DEVICE, H100
 from first_use_testing import overridden, sub_of
 
-from conftest import always, compiled_front_problem
+from conftest import always, compiled_front_problem, router_calls
 from python_native.features import calibration, front
 from python_native.panel import dsl_support
 
@@ -80,23 +79,6 @@ def test_nothing_is_measured_inside_a_graph_capture_or_a_compile_trace(bench, ov
     assert torch.equal(sub_of(x), overridden(x)) and bench.clock.asked == [(4, 64)]
 
 
-def _router_calls(slot, fn) -> int:
-    """How many times ``slot``'s router ran during ``fn()`` (its code objects, seen by a profile hook)."""
-    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(1)
-
-    sys.setprofile(hook)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
-
-
 @pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))
 def test_the_compiled_front_declines_in_cpp_what_a_first_use_found_slower(bench, overrides):
     bench.clock.timings = lambda n: (2.0, 1.0)  # aten is faster
@@ -105,11 +87,11 @@ def test_the_compiled_front_declines_in_cpp_what_a_first_use_found_slower(bench,
         slot = handle.slot
         x, other = torch.ones(4, 64), torch.ones(16, 64)
         assert front.describe()["slots"][slot.label] == "python"  # nothing known: every call to Python
-        assert _router_calls(slot, lambda: sub_of(x)) == 1  # measured there: aten is faster
+        assert router_calls(slot, lambda: sub_of(x)) == 1  # measured there: aten is faster
         assert front.describe()["slots"][slot.label] == "gated"
-        assert _router_calls(slot, lambda: sub_of(x)) == 0  # declined in C++ from now on
+        assert router_calls(slot, lambda: sub_of(x)) == 0  # declined in C++ from now on
         assert torch.equal(sub_of(x), torch.zeros_like(x))
-        assert _router_calls(slot, lambda: sub_of(other)) == 1  # another size: still to measure
+        assert router_calls(slot, lambda: sub_of(other)) == 1  # another size: still to measure
         assert bench.clock.asked == [(4, 64), (16, 64)]
 
 

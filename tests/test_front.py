@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import python_native as pn
-from conftest import TEST_DSL, always, compiled_front_problem, marked_sub
+from conftest import TEST_DSL, always, compiled_front_problem, marked_sub, router_calls
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration, front
@@ -35,20 +35,7 @@ def compiled():
 
 def _router_calls(op: str, fn) -> int:
     """How many times the router of ``aten::<op> @ CPU`` ran during ``fn()``."""
-    slot = REGISTRY.slots[("aten", op, "CPU")]
-    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code)
-
-    sys.setprofile(hook)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
+    return router_calls(REGISTRY.slots[("aten", op, "CPU")], fn)
 
 
 def _mode(op: str) -> str:

@@ -126,6 +126,7 @@ class Gate:
 
         calibrated_cond.__name__ = f"calibrated_{getattr(cond, '__name__', 'cond')}"
         calibrated_cond.__wrapped__ = cond  # type: ignore[attr-defined]
+        calibrated_cond.explain = self.explain  # type: ignore[attr-defined]  (a cond's explanation, as for any cond)
         calibrated_cond._python_native_gate = self  # type: ignore[attr-defined]  (gate_of finds it)
         return calibrated_cond
 
