@@ -52,7 +52,8 @@ class Gate:
 
     ``cond`` (the attribute) is what the router calls: a plain function, built once per gate. Per
     call, before the wrapped cond: two dict reads (dtype, then device index) that hold the op's
-    verdicts for that dtype and device once resolved, and a tuple index by ``tables.cell_of``;
+    verdicts for that dtype and device once resolved, and a tuple index by ``tables.cell_of``
+    (its expression inlined, with its constants);
     the wrapped cond runs only where the verdict does not decline. Only where a faster rival
     exists: a set lookup of its DSL switch, and its cond. Where it accepts it returns the cond's
     own result, so a plan a cond hands to its impl (``impl_takes_plan``) passes through the gate.
@@ -90,7 +91,8 @@ class Gate:
     def _routed(self, cond: Callable[..., Any]) -> Callable[..., Any]:
         import torch
 
-        tensor_type, cell_of, mark, resolved, rivals = torch.Tensor, tables.cell_of, first_use.MARK, self.resolved, self.rivals
+        tensor_type, mark, resolved, rivals = torch.Tensor, first_use.MARK, self.resolved, self.rivals
+        top, wide_row = tables.MAX_BUCKET, tables.WIDE_ROW
         dsl_off = REGISTRY.switches.dsl.off  # the live set the switches keep up to date
         unroutable, verdicts_for, measured = REGISTRY.unroutable_dsls, self.verdicts_for, self._measured
 
@@ -108,7 +110,8 @@ class Gate:
                 verdicts = verdicts_for(t)
             if verdicts is None:
                 return cond(*args, **kwargs)
-            verdict = verdicts[cell_of(t)]
+            # tables.cell_of, written out: a call here costs ~40 ns a gated call would pay every time.
+            verdict = verdicts[2 * min(t.numel().bit_length(), top) + (1 if t.ndim and t.shape[-1] >= wide_row else 0)]
             if verdict is False:
                 return False
             accepted = cond(*args, **kwargs)  # the cond's own result: a plan, where the impl takes one

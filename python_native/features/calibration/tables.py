@@ -11,12 +11,14 @@ numel() call and an int bit_length per call, and norms, softmaxes and activation
 bound, so their cost follows the element count. Width class: narrow or wide rows (that argument's
 last dim below or at least ``WIDE_ROW``): row kernels can lose on narrow rows and win on wide ones
 of the same size, so each (bucket, class) has its own verdict. ``cell_of`` is that rule for a
-call; the gates use it, and a compiled front is handed ``WIDE_ROW`` (``extensions.CallGate``).
+call (a gate's per-call path writes it out with these constants, a test holds the two equal), and
+a compiled front is made with ``WIDE_ROW`` (``extensions.CallGates``).
 
 Two optional fields say what a verdict is worth now: the header's ``kernels`` (per DSL, per op,
 the version of the sources that were timed: ``versions``; a row's own ``kernel`` says it for that
-row; rows of another version count as unmeasured) and a row's ``first_use`` (measured by ``pn.benchmark`` on a call's own arguments: it
-speaks for its own (bucket, width class) only, never for its neighbours).
+row; rows of another version count as unmeasured) and a row's ``first_use`` (measured by
+``pn.benchmark`` on a call's own arguments: it speaks for its own (bucket, width class) only,
+never for its neighbours).
 
 Everything read from a file is checked here before it is used: a table that is not an object,
 holds unhashable or mistyped fields, nests too deeply or says ``"wins": "false"`` raises
