@@ -131,7 +131,10 @@ def needs_every_call(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 def sees_every_call(impl: Any) -> bool:
     """Whether some feature needs ``impl`` (a routed impl) to see every call."""
-    return any(fn(impl) for fn in EVERY_CALL)
+    for fn in EVERY_CALL:  # a plain loop: a front asks on every refresh
+        if fn(impl):
+            return True
+    return False
 
 
 def masks_of(cond: Any) -> tuple[int, Callable[[str], dict[str, tuple[int, int]] | None]] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from python_native.core.registry import REGISTRY
@@ -188,10 +189,16 @@ gated = Gate  # the name the package's API has always had for it
 
 
 def gate_of(cond: Any) -> Gate | None:
-    """The gate ``cond`` is (a ``Gate``, or the function a gate hands the router), else None."""
-    if isinstance(cond, Gate):
+    """The gate ``cond`` is (a ``Gate``, or the function a gate hands the router), else None.
+
+    Asked on every refresh of a slot (a compiled front's decision): a plain function's attributes
+    are read from its ``__dict__``, without the exception a missing one raises inside ``getattr``."""
+    if type(cond) is FunctionType:
+        found = cond.__dict__.get("_python_native_gate")
+    elif isinstance(cond, Gate):
         return cond
-    found = getattr(cond, "_python_native_gate", None) if callable(cond) else None
+    else:
+        found = getattr(cond, "_python_native_gate", None)
     return found if isinstance(found, Gate) else None
 
 

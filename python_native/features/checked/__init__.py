@@ -109,6 +109,8 @@ def _clone(value: Any) -> Any:
 extensions.wrap_impls(impl_for)
 def _is_checking(impl: Any) -> bool:
     """Whether ``impl`` is a checking wrapper (which a compiled front must hand every call)."""
+    if not _checking:  # checked mode off: asked on every refresh, answered at once
+        return False
     try:
         return impl in _checking
     except TypeError:  # an unhashable callable is no wrapper of ours
