@@ -30,6 +30,7 @@ from typing import Any
 
 from python_native.features.calibration import first_use, resolve, sources, store, tables, versions
 from python_native.foundations import dsl_registry, scalars
+from python_native.foundations.codegen import PLAN_KEYWORD
 
 log = logging.getLogger("python_native")
 
@@ -40,6 +41,7 @@ ROUNDS = 3
 Call = Callable[[], Any]
 Timer = Callable[[Call, Call, Any], tuple[float, float]]  # (override, aten, a tensor of the call) -> ms each
 _timer: Timer | None = None
+_unwritable_said = False  # the user's folder could not be written: said once, at warning level
 
 
 def set_timer(fn: Timer | None) -> None:
@@ -106,13 +108,11 @@ def _measured(key: tuple, handle: Any, t: Any, args: tuple, kwargs: dict, plan: 
     ours_ms, aten_ms = _time(handle, t, args, kwargs, plan)
     speedup = aten_ms / ours_ms if ours_ms > 0 else 0.0
     row = {"dsl": dsl, "op": op, "dtype": dtype, "bucket": cell // 2, "shape": list(t.shape),
-           "last_dim": int(t.shape[-1]) if t.ndim else None, "override_ms": round(ours_ms, 5),
+           "last_dim": int(t.shape[-1]) if t.ndim else 0, "override_ms": round(ours_ms, 5),
            "aten_ms": round(aten_ms, 5), "speedup": round(speedup, 4), "wins": speedup >= THRESHOLD,
            "first_use": True}
     if version is not None:
         row["kernel"] = version
-    if row["last_dim"] is None or tables.width_class(row["last_dim"]) != cell % 2:
-        row["last_dim"] = tables.WIDE_ROW if cell % 2 else 0  # a 0-d tensor: its class by the rule
     won = _record(device, row)
     log.debug("python_native: first use: %s %s %s on %s: override %.4f ms, aten %.4f ms (%.2fx): %s fires",
               dsl, op, _cell_text(dtype, cell), device, ours_ms, aten_ms, speedup, "the override" if won else "aten")
@@ -137,7 +137,7 @@ def _time(handle: Any, t: Any, args: tuple, kwargs: dict, plan: Any) -> tuple[fl
     ours_args, ours_kwargs = _scratch(slot.sig, args, kwargs, coerce=False)
     aten_args, aten_kwargs = _scratch(slot.sig, args, kwargs, coerce=True)
     if takes_plan:
-        ours_kwargs["plan"] = plan
+        ours_kwargs[PLAN_KEYWORD] = plan
 
     def ours() -> None:
         impl(*ours_args, **ours_kwargs)
@@ -254,7 +254,10 @@ def _record(device: str, row: dict[str, Any]) -> bool:
     try:
         found = _cell_rows(store.update_user_table(_filename(device, row["dsl"]), change), key, row.get("kernel"))
     except (OSError, ValueError) as e:
-        log.warning("python_native: a first-use verdict could not be written to the user's calibration table "
-                    "(%s); it holds in this process only", e)
+        global _unwritable_said
+        (log.debug if _unwritable_said else log.warning)(
+            "python_native: a first-use verdict could not be written to the user's calibration table (%s); "
+            "verdicts hold in this process only", e)
+        _unwritable_said = True
         return bool(row["wins"])
     return all(r["wins"] is True for r in found) if found else bool(row["wins"])
