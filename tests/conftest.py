@@ -92,6 +92,26 @@ def marked_sub(self, other, alpha=1):
     return torch.add(self, torch.neg(other) * alpha) + 1000
 
 
+def router_calls(slot, fn) -> int:
+    """How many times ``slot``'s router ran during ``fn()``: the router is Python code, so a call that
+    reaches it shows a ``call`` event of one of its code objects to a profile hook."""
+    import sys
+
+    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(frame.f_code)
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
 @pytest.fixture
 def x():
     return torch.arange(6, dtype=torch.float32).reshape(2, 3)
@@ -108,6 +128,16 @@ def calib(tmp_path, monkeypatch):
     calibration.set_device_key_fn(None)
     monkeypatch.undo()
     calibration.reset()
+
+
+@pytest.fixture
+def bench(calib, monkeypatch):
+    """pn.benchmark on, on a fake GPU with a faked clock (``first_use_testing.Bench``); off afterwards."""
+    from first_use_testing import Bench
+
+    found = Bench(calib, monkeypatch)
+    yield found
+    found.close()
 
 
 @pytest.fixture(autouse=True)

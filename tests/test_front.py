@@ -17,9 +17,10 @@ import pytest
 import torch
 
 import python_native as pn
-from conftest import TEST_DSL, always, compiled_front_problem, marked_sub
+from conftest import TEST_DSL, always, compiled_front_problem, marked_sub, router_calls
+from python_native.core import extensions
 from python_native.core.registry import REGISTRY
-from python_native.features import front
+from python_native.features import calibration, front
 
 pytestmark = pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))
 
@@ -34,20 +35,7 @@ def compiled():
 
 def _router_calls(op: str, fn) -> int:
     """How many times the router of ``aten::<op> @ CPU`` ran during ``fn()``."""
-    slot = REGISTRY.slots[("aten", op, "CPU")]
-    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code)
-
-    sys.setprofile(hook)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
+    return router_calls(REGISTRY.slots[("aten", op, "CPU")], fn)
 
 
 def _mode(op: str) -> str:
@@ -86,20 +74,31 @@ def test_a_trace_sees_every_call_through_the_front(compiled, overrides, x):
 
 
 class GatedCond:
-    """A cond that declines float32 calls of size bucket 3 (4..7 elements) in narrow rows, and says so."""
+    """A cond that declines float32 calls of size bucket 3 (4..7 elements) in narrow rows, and says
+    so through the front's extension point (``declared``)."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, self_, other, alpha=1):
         self.calls += 1
-        return not (self_.dtype == torch.float32 and self_.numel().bit_length() == 3 and self_.shape[-1] < 4096)
+        return not (self_.dtype == torch.float32 and self_.numel().bit_length() == 3
+                    and self_.shape[-1] < calibration.WIDE_ROW)
 
-    def decline_masks(self, device_key):
-        return {"float32": (1 << 3, 0)} if device_key == "cpu" else None
+    def decline_masks(self, dispatch_key):
+        return {"float32": (1 << 3, 0)} if dispatch_key == "CPU" else None
 
 
-def test_calls_the_gate_surely_declines_never_enter_python(compiled, overrides):
+@pytest.fixture
+def declared():
+    """GatedCond's masks offered to the front as a feature's gates would offer them."""
+    gates = extensions.declare_call_gates(extensions.CallGates(
+        calibration.WIDE_ROW, lambda cond: cond.decline_masks if isinstance(cond, GatedCond) else None))
+    yield
+    extensions.remove(extensions.CALL_GATES, gates)
+
+
+def test_calls_the_gate_surely_declines_never_enter_python(compiled, declared, overrides):
     cond = GatedCond()
     overrides("sub.Tensor", cond, marked_sub)
     assert _mode("sub.Tensor") == "gated"
@@ -111,14 +110,41 @@ def test_calls_the_gate_surely_declines_never_enter_python(compiled, overrides):
     assert cond.calls == 2
 
 
-def test_an_override_without_masks_keeps_its_calls_in_python(compiled, overrides):
+def test_a_cond_no_feature_declared_keeps_its_calls_in_python(compiled, overrides):
+    overrides("sub.Tensor", GatedCond(), marked_sub)  # masks of its own, but no feature offers them
+    assert _mode("sub.Tensor") == "python"
+
+
+def test_the_front_classifies_rows_by_the_gates_own_wide_row(compiled, overrides, calib, tmp_path):
+    """One rule: the front is made with calibration's WIDE_ROW, and declines in C++ exactly the
+    calls the gate declines on either side of it (narrow rows lose here, wide ones win)."""
+    wide = calibration.WIDE_ROW
+    rows = [{"dsl": TEST_DSL, "op": "sub.Tensor", "dtype": "float32", "bucket": 14, "last_dim": d, "wins": d >= wide}
+            for d in (wide - 1, wide)]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": calibration.FORMAT, "device": "cpu", "rows": rows}))
+    calib.env(path)
+    handle = overrides("sub.Tensor", always, marked_sub)
+    assert _mode("sub.Tensor") == "gated"
+    assert front._state.fronts[handle.slot].wide_row == wide
+    gate = calibration.gate_of(handle.routed_cond)
+    for cols in (wide - 1, wide):
+        x = torch.ones(3, cols)  # 3 * 4095 and 3 * 4096 elements: the same size bucket, 14
+        declined = gate(x, x) is False
+        assert declined == (cols < wide)
+        assert _router_calls("sub.Tensor", lambda x=x: torch.sub(x, x)) == (0 if declined else 1)
+        expected = torch.zeros_like(x) if declined else torch.full_like(x, 1000.0)
+        assert torch.equal(torch.sub(x, x), expected)
+
+
+def test_an_override_without_masks_keeps_its_calls_in_python(compiled, declared, overrides):
     cond = GatedCond()
     overrides("sub.Tensor", cond, marked_sub)
     overrides("sub.Tensor", always, marked_sub, priority=-1)  # no masks: nothing is surely declined
     assert _mode("sub.Tensor") == "python"
 
 
-def test_checked_mode_keeps_every_call_in_python(compiled, overrides, monkeypatch, x):
+def test_checked_mode_keeps_every_call_in_python(compiled, declared, overrides, monkeypatch, x):
     monkeypatch.setenv("PYTHON_NATIVE_CHECK", "1")
     overrides("sub.Tensor", GatedCond(), lambda self, other, alpha=1: torch.ops.aten.sub.Tensor(self + 0, other, alpha=alpha))
     assert _mode("sub.Tensor") == "python"

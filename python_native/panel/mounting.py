@@ -15,7 +15,7 @@ from functools import cache
 
 import torch
 
-from python_native.features import compiled
+from python_native.features import calibration, compiled
 from python_native.foundations import dsl_registry
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel.controller import DSLController
@@ -28,7 +28,7 @@ PUBLIC_API = (
     "reorder_overrides", "overrides", "router_source", "trace", "status",
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "speckey",
     "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
-    "set_override_variant", "get_override_variant", "override_variant",
+    "set_override_variant", "get_override_variant", "override_variant", "benchmark", "benchmark_set",
 )
 RESERVED_NAMES = frozenset(PUBLIC_API) | {"enabled", "flags", "version"}
 
@@ -67,6 +67,22 @@ class PythonNativeModule(types.ModuleType):
                 f"use `with pn.compile_mode_set({mode!r}):` instead"
             )
         compiled.set_mode(mode)
+
+    @property
+    def benchmark(self) -> bool | str:
+        """Measure overrides against aten on first use, like ``torch.backends.cudnn.benchmark``: False
+        (default), True (every size no table measured) or "unmeasured" (only where no table speaks);
+        seeded by ``PYTHON_NATIVE_BENCHMARK`` (see docs/benchmarks.md)."""
+        return calibration.benchmark()
+
+    @benchmark.setter
+    def benchmark(self, value: bool | str) -> None:
+        if torch.backends.flags_frozen():
+            raise RuntimeError(
+                "not allowed to set pn.benchmark after torch.backends.disable_global_flags(); "
+                f"use `with pn.benchmark_set({value!r}):` instead"
+            )
+        calibration.set_benchmark(value)
 
     def __reduce__(self) -> tuple:
         """``pn`` pickles by reference: unpickling imports it (one panel per process)."""
