@@ -168,7 +168,7 @@ def main(argv: list[str]) -> int:
 
     import python_native as pn  # noqa: F401  (installs the overrides)
     import python_native_dsls.triton as backend
-    from python_native_dsls.triton.kernels.launch import simulated_device, stubbed_launches
+    from python_native_dsls.triton.kernels.launch_sim import simulated_device, stubbed_launches
     from python_native_dsls.triton.ops import all_overrides
 
     device = backend.device_type()
