@@ -118,7 +118,7 @@ inline py::dict describe_record(const Record& r) {
   py::list outputs;
   for (const Output& o : r.outputs) {
     if (o.buffer < 0) {
-      outputs.append(py::none());
+      outputs.append(o.undefined ? py::object(py::str("undefined")) : py::object(py::none()));
       continue;
     }
     outputs.append(py::make_tuple(o.buffer, static_cast<int>(o.dtype), o.offset, o.sizes, o.strides));

@@ -45,7 +45,8 @@ struct Launch {
 };
 
 struct Output {
-  int32_t buffer = -1;  // -1: None
+  int32_t buffer = -1;  // -1: no tensor (None, or an undefined tensor where ``undefined``)
+  bool undefined = false;
   c10::ScalarType dtype = c10::kFloat;
   int64_t offset = 0;   // elements into the buffer
   std::vector<int64_t> sizes, strides;
@@ -119,7 +120,10 @@ class Placer {
     if (v.isNone()) return "";
     if (!v.isTensor()) return "the op returns something other than tensors";
     const at::Tensor& t = v.toTensor();
-    if (!t.defined()) return "";
+    if (!t.defined()) {  // a Tensor return left out (a gradient not asked for)
+      out.undefined = true;
+      return "";
+    }
     if (t.device() != record_.device || t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) {
       return "an output is not a plain strided tensor on the call's device";
     }
@@ -229,7 +233,11 @@ inline void replay_record(const Record& record, torch::jit::Stack* stack, size_t
   c10::SmallVector<c10::IValue, 4> results;
   for (const Output& out : record.outputs) {
     if (out.buffer < 0) {
-      results.emplace_back();
+      if (out.undefined) {
+        results.emplace_back(at::Tensor());
+      } else {
+        results.emplace_back();
+      }
       continue;
     }
     auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(storages[out.buffer]), keys,
