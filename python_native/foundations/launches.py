@@ -9,15 +9,16 @@ through a launch it reports here. The compiled front then serves later calls wit
 from the launches it recorded (``python_native.features.front.replay``).
 
 A backend's launcher reports each launch to ``current()`` when a recording is open on its thread
-(``RECORDERS.threads`` tells it, in one read, whether any thread records at all), or refuses the
+(``RECORDERS.threads`` tells it whether any thread records at all), or refuses the
 recording with why (a launch replay cannot repeat: the interpreter, an unknown launcher layout).
+A launcher may keep its own "nobody records" flag in step through ``on_recording_change``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 REPLAYABLE = "python_native_replayable"  # the attribute a replayable impl carries (True)
@@ -63,12 +64,14 @@ class Recording:
 
 
 class _Recorders:
-    """How many threads record now: launchers read it on every launch (0: nothing to report)."""
+    """How many threads record now (0: nothing to report), and who hears when that becomes or
+    stops being 0 (a launcher keeps its own flag, read on every launch)."""
 
-    __slots__ = ("threads",)
+    __slots__ = ("threads", "listeners")
 
     def __init__(self) -> None:
         self.threads = 0
+        self.listeners: list[Callable[[], None]] = []
 
 
 RECORDERS = _Recorders()
@@ -91,14 +94,28 @@ def recording() -> Iterator[Recording]:
     _local.recording = rec
     with _lock:
         RECORDERS.threads += 1
+        if RECORDERS.threads == 1:
+            _notify()
     try:
         yield rec
     finally:
         _local.recording = outer
         with _lock:
             RECORDERS.threads -= 1
+            if RECORDERS.threads == 0:
+                _notify()
         for obj in rec.keep:
             _KEPT.setdefault(id(obj), obj)
+
+
+def on_recording_change(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` whenever recording starts on a first thread or stops on the last one."""
+    RECORDERS.listeners.append(fn)
+
+
+def _notify() -> None:
+    for fn in RECORDERS.listeners:
+        fn()
 
 
 def declare_replayable(fn: Any) -> Any:

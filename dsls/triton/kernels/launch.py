@@ -71,13 +71,14 @@ _RECORDERS = launches.RECORDERS
 class LaunchState:
     """What every launch reads that stubs and simulations change (``launch_sim``), in one object.
 
-    ``stub`` replaces the final launch (benchmarks measure everything up to it); ``launch``
-    replaces Triton's compile-and-launch (``Launcher._launch``); ``not_cuda`` is what a tensor's
-    ``get_device()`` answers when it is not on a CUDA device (a simulation moves it, so that CPU
-    tensors count as on the current device).
+    ``stub`` replaces the final launch (benchmarks measure everything up to it; set it through
+    ``set_stub``); ``launch`` replaces Triton's compile-and-launch (``Launcher._launch``);
+    ``not_cuda`` is what a tensor's ``get_device()`` answers when it is not on a CUDA device (a
+    simulation moves it, so that CPU tensors count as on the current device). ``quiet``: no stub is
+    set and no thread records, the one thing a planned launch reads before its fast path.
     """
 
-    __slots__ = ("interpret", "not_cuda", "current_device", "raw_stream", "stub", "launch", "launchers")
+    __slots__ = ("interpret", "not_cuda", "current_device", "raw_stream", "stub", "launch", "launchers", "quiet")
 
     def __init__(self) -> None:
         self.interpret = interpret_mode()
@@ -89,11 +90,21 @@ class LaunchState:
             lambda index: torch.cuda.current_stream(index).cuda_stream
         )
         self.stub: LaunchStub | None = None
+        self.quiet = True
         self.launch: LaunchFn | None = None
         self.launchers: weakref.WeakSet[Launcher] = weakref.WeakSet()  # every launcher, for simulations
 
+    def set_stub(self, stub: LaunchStub | None) -> None:
+        self.stub = stub
+        self.settle()
+
+    def settle(self) -> None:
+        """``quiet`` again, after a stub or a thread's recording came or went."""
+        self.quiet = self.stub is None and not _RECORDERS.threads
+
 
 STATE = LaunchState()
+launches.on_recording_change(STATE.settle)
 
 
 def spec_key(args: tuple) -> tuple:
@@ -165,9 +176,8 @@ class Launcher:
         )
 
     def __call__(self, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
-        if STATE.stub is not None or _RECORDERS.threads:
-            if self._intercepted(grid, args, num_warps, constexprs):
-                return
+        if not STATE.quiet and self._intercepted(grid, args, num_warps, constexprs):
+            return
         self._dispatch(grid, args, num_warps, constexprs)
 
     def _dispatch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> None:
@@ -212,7 +222,7 @@ class Launcher:
         """
         entry = self._planned.get(plan)
         state = STATE
-        if entry is not None and state.stub is None and not _RECORDERS.threads:
+        if entry is not None and state.quiet:
             device, launch, prefix, pointers = entry
             if args[0].get_device() == device and state.current_device() == device and self._hooks_idle():
                 for i in pointers:
@@ -229,7 +239,7 @@ class Launcher:
     def _planned_slow(self, plan: Any, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> None:
         """A planned call off the fast path: stubbed, recorded, interpreted, first of its plan, or unusual."""
         state = STATE
-        if (state.stub is not None or _RECORDERS.threads) and self._intercepted(grid, args, num_warps, constexprs):
+        if not state.quiet and self._intercepted(grid, args, num_warps, constexprs):
             return
         self._dispatch(grid, args, num_warps, constexprs)
         if not state.interpret and self._fast:

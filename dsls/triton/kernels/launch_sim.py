@@ -27,11 +27,12 @@ def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
     def record(launcher: Launcher, grid: tuple, args: tuple, num_warps: int, constexprs: Any) -> None:
         names.append(launcher.name)
 
-    previous, STATE.stub = STATE.stub, stub or record
+    previous = STATE.stub
+    STATE.set_stub(stub or record)
     try:
         yield names
     finally:
-        STATE.stub = previous
+        STATE.set_stub(previous)
 
 
 class _StandInRun:
@@ -103,6 +104,6 @@ def simulated_device() -> Iterator[list[str]]:
     finally:
         for name, value in saved.items():
             setattr(STATE, name, value)
-        for launcher in launchers:
+        for launcher in list(STATE.launchers):  # those made inside too (a kernel module imported meanwhile)
             launcher._forget_bindings()
-            launcher._fast = fast[launcher]
+            launcher._fast = fast.get(launcher, not STATE.interpret and launcher._layout_ok())

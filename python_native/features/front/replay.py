@@ -8,7 +8,8 @@ driver, results pushed (``replay_*.h``). A key whose cond declined is recorded t
 kernel serves it. Whatever cannot be replayed keeps the Python path.
 
 A slot replays only while every active override's impl is replayable (checked mode's wrapper is
-not), no trace is open, and replay is on. Every refresh of the slot (a toggle, a variant, a
+not), no trace is open, and replay is on. The recorder is put around replayable impls only while
+replay is on (and taken off when it goes off), so that with replay off a hit pays nothing for it. Every refresh of the slot (a toggle, a variant, a
 calibration change, a registration or removal, a DSL found broken) gives its front a new epoch,
 which makes every record made before it invisible at once; a recording that finishes after is
 never stored.
@@ -23,10 +24,11 @@ import contextlib
 import functools
 import itertools
 import logging
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from python_native.core import extensions
+from python_native.core import extensions, routers
 from python_native.core.registry import REGISTRY
 from python_native.features.front import proof
 from python_native.foundations import env, launches
@@ -82,6 +84,7 @@ def _switch(on: bool, why: str) -> None:
         if on:
             for slot, front in STATE.fronts.items():
                 STATE.cells[slot] = front.replay_view().cast("I")
+        _rewrap()
         REGISTRY.refresh_all()  # every slot's epoch follows (``follow``)
         if not on:
             for cell in STATE.cells.values():
@@ -146,12 +149,30 @@ def _replayable_impl(impl: Any) -> bool:
     return launches.is_replayable(impl) and not getattr(impl, "python_native_sees_every_call", False)
 
 
-# ----- recording (an impl wrapper) -----
+# ----- recording (an impl wrapper, in place only while replay is on) -----
+
+_wrapped: dict[int, Any] = {}  # id(recorder) -> the impl it wraps, for every recorder in place
+
+
+def _rewrap() -> None:
+    """Put the recorder around every replayable override's routed impl (replay on), or take it off
+    (replay off: a hit then pays nothing for replay); the router's globals follow."""
+    for slot in list(REGISTRY.slots.values()):
+        for o in slot.overrides:
+            current = o.routed_impl
+            if STATE.on:
+                fresh = _recording(o, current)
+            else:
+                fresh = _wrapped.pop(id(current), current)
+            if fresh is not current and not o._removed:
+                o.routed_impl = fresh
+                routers.bind(slot, o)
 
 
 def _recording(handle: Any, impl: Any) -> Any:
     """Wrap a replayable impl: where its front waits for this call's launches, record and hand them over."""
-    if handle.epilogue != "functional" or not _replayable_impl(impl):
+    if (not STATE.on or id(impl) in _wrapped or handle.epilogue != "functional"
+            or not _replayable_impl(impl)):
         return impl
     slot = handle._slot
     state = STATE
@@ -171,6 +192,8 @@ def _recording(handle: Any, impl: Any) -> Any:
             log.exception("python_native: recording a launch for replay failed")
         return result
 
+    _wrapped[id(recorded)] = impl
+    weakref.finalize(recorded, _wrapped.pop, id(recorded), None)
     return launches.declare_replayable(recorded)
 
 
