@@ -15,6 +15,7 @@ from triton_testing import DEVICE, make, requires_triton, seeded  # noqa: F401
 
 import python_native as pn
 import python_native_dsls.triton as backend
+from python_native.foundations import launches
 from python_native_dsls.triton.kernels import compiled_kernels, launch, launch_sim
 
 pytestmark = requires_triton
@@ -352,3 +353,64 @@ def test_new_contiguous_allocates_fresh_row_major_outputs():
     assert a.is_contiguous() and a.stride() == (6, 6, 1)
     assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()  # never shared
     assert a.untyped_storage().nbytes() == 4 * 6 * 4  # its own storage, the template's is one element
+
+
+class _Run:
+    """A compiled kernel's launcher: callable, with the fields Triton 3.6's has."""
+
+    def __init__(self, **fields: object) -> None:
+        self.__dict__.update(fields)
+
+    def __call__(self, *args: object) -> None:
+        pass
+
+
+def _compiled_kernel(signature: dict, scratch: int = 0, **run: object) -> types.SimpleNamespace:
+    """Triton 3.6's compiled kernel as ``describe`` reads it: handle, metadata, signature, launcher fields."""
+    fields = {"global_scratch_size": scratch, "profile_scratch_size": 0, "launch_cooperative_grid": False,
+              "launch_pdl": True, **run}
+    return types.SimpleNamespace(function=0xABC, packed_metadata=(4, 2, 1024), src=types.SimpleNamespace(signature=signature),
+                                 run=_Run(**fields))
+
+
+def test_a_described_launch_follows_the_kernel_signature_as_tritons_launcher_does():
+    signature = {"X": "*fp32", "Y": "*fp16", "n": "i32", "big": "i64", "one": "constexpr", "eps": "fp32",
+                 "flag": "u1", "none": "constexpr", "BLOCK": "constexpr"}
+    x, y = torch.empty(4), torch.empty(4, dtype=torch.float16)
+    found = compiled_kernels.describe(_compiled_kernel(signature), (3, 2), (x, y, 7, 2**40, 1, 1e-5, True, None, 128))
+    assert found == launches.Launch(
+        function=0xABC, grid=(6, 2, 1), block=(128, 1, 1), shared=1024, cluster=(2, 1, 1), cooperative=False,
+        pdl=True, params=(("p", x), ("p", y), ("i32", 7), ("i64", 2**40), ("f32", 1e-5), ("u8", 1), ("p", None),
+                          ("p", None)),
+    )
+
+
+@pytest.mark.parametrize("compiled, values, says", [
+    (_compiled_kernel({"X": "*fp32"}, scratch=64), (None,), "scratch memory"),
+    (_compiled_kernel({"X": "*fp32"}, gsan_enabled=True), (None,), "instrumented"),
+    (_compiled_kernel({"X": ("*fp32", "*fp32")}), ((None, None),), "tuple parameter"),
+    (_compiled_kernel({"D": "nvTmaDesc"}), (object(),), "parameter type nvTmaDesc"),
+    (_compiled_kernel({"X": "*fp32"}), (12345,), "a pointer given as int"),
+    (_compiled_kernel({"X": "*fp32", "n": "i32"}), (None,), "1 values for 2 parameters"),
+    (types.SimpleNamespace(function=None), (), "no compiled kernel"),
+])
+def test_a_launch_replay_cannot_repeat_is_refused_with_why(compiled, values, says):
+    assert says in compiled_kernels.describe(compiled, (1,), values)
+
+
+def test_an_unknown_tritons_launches_are_not_described(monkeypatch):
+    monkeypatch.setattr(compiled_kernels.triton, "__version__", "3.5.1")
+    assert "3.5.1" in compiled_kernels.describe(_compiled_kernel({"X": "*fp32"}), (1,), (None,))
+
+
+def test_recording_through_the_interpreter_refuses_and_still_launches():
+    x = make(8, 64, requires_grad=False)
+    with pn.triton.disabled():
+        ref = torch.softmax(x, -1)
+    with launches.recording() as rec:
+        out = torch.softmax(x, -1)
+    torch.testing.assert_close(out, ref)
+    if backend.interpret_mode():
+        assert "_softmax_fwd_kernel launched through the interpreter" in rec.problem and not rec.launches
+    else:
+        assert not rec.problem and len(rec.launches) == 1

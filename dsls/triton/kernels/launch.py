@@ -355,7 +355,8 @@ class Launcher:
         state = STATE
         device = _cuda_device_of(args)
         why = ("through the interpreter" if state.interpret else "off the GPU" if device == state.not_cuda
-               else "" if self._hooks_idle() else "with launch hooks installed")
+               else "with launch hooks installed" if not self._hooks_idle()
+               else "" if self._layout_ok() else "with constexprs not declared last")
         if why:
             recording.refuse(f"{self.name} launched {why}")
             self._dispatch(grid, args, num_warps, constexprs)
