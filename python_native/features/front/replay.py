@@ -9,10 +9,10 @@ kernel serves it. Whatever cannot be replayed keeps the Python path.
 
 A slot replays only while every active override's impl is replayable (checked mode's wrapper is
 not), no trace is open, and replay is on. The recorder is put around replayable impls only while
-replay is on (and taken off when it goes off), so that with replay off a hit pays nothing for it. Every refresh of the slot (a toggle, a variant, a
-calibration change, a registration or removal, a DSL found broken) gives its front a new epoch,
-which makes every record made before it invisible at once; a recording that finishes after is
-never stored.
+replay is on (and taken off when it goes off), so that with replay off a hit pays nothing for it.
+Every refresh of the slot (a toggle, a variant, a calibration change, a registration or removal,
+a DSL found broken) gives its front a new epoch, which makes every record made before it
+invisible at once; a recording that finishes after is never stored.
 
 On by default only where a GPU run proved it for this GPU and these torch and Triton versions
 (``proof``); ``PYTHON_NATIVE_REPLAY=1`` or ``0`` forces it.
