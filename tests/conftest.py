@@ -83,6 +83,27 @@ def overrides():
     pn.reorder_overrides(None)
 
 
+def router_calls(op: str, fn, key: str = "CPU") -> int:
+    """How many times the router of ``aten::<op> @ key`` ran during ``fn()``: the router is Python
+    code, so a call that reaches it shows a ``call`` event for one of its code objects."""
+    import sys
+
+    slot = REGISTRY.slots[("aten", op, key)]
+    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(frame.f_code)
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
 def always(*args, **kwargs) -> bool:
     return True
 

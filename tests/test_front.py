@@ -1,7 +1,6 @@
 """The compiled dispatch front: which calls never enter Python, how it is built, chosen and reported.
 
-Whether a call entered Python is read from the profiler hook: the slot's router is Python code,
-so a call that reaches it shows a ``call`` event for one of the router's code objects.
+Whether a call entered Python is read from the profiler hook (``conftest.router_calls``).
 """
 
 from __future__ import annotations
@@ -45,22 +44,22 @@ def _mode(op: str) -> str:
 def test_a_hit_enters_the_router_and_a_disabled_op_does_not(compiled, overrides, x):
     overrides("sub.Tensor", always, marked_sub)
     assert _mode("sub.Tensor") == "python"
-    assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
+    assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
     assert torch.equal(torch.sub(x, x), torch.full_like(x, 1000.0))
     with pn.operations_disabled("sub"):
         assert _mode("sub.Tensor") == "fallback"
-        assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0
+        assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0
         assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
     with getattr(pn, TEST_DSL).disabled():
-        assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0  # nothing active in the slot
-    assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
+        assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0  # nothing active in the slot
+    assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
 
 
 def test_python_front_enters_the_router_for_every_call(overrides, x):
     overrides("sub.Tensor", always, marked_sub)
     with front.serving("python"):
         with pn.operations_disabled("sub"):
-            assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
+            assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
 
 
 def test_a_trace_sees_every_call_through_the_front(compiled, overrides, x):
@@ -103,10 +102,10 @@ def test_calls_the_gate_surely_declines_never_enter_python(compiled, declared, o
     overrides("sub.Tensor", cond, marked_sub)
     assert _mode("sub.Tensor") == "gated"
     small = torch.ones(2, 3)  # 6 elements: bucket 3, declined
-    assert _router_calls("sub.Tensor", lambda: torch.sub(small, small)) == 0 and cond.calls == 0
+    assert router_calls("sub.Tensor", lambda: torch.sub(small, small)) == 0 and cond.calls == 0
     assert torch.equal(torch.sub(small, small), torch.zeros_like(small))
     for other in (torch.ones(4, 4), torch.ones(2, 3, dtype=torch.float64)):  # another bucket, another dtype
-        assert _router_calls("sub.Tensor", lambda o=other: torch.sub(o, o)) == 1
+        assert router_calls("sub.Tensor", lambda o=other: torch.sub(o, o)) == 1
     assert cond.calls == 2
 
 

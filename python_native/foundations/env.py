@@ -32,6 +32,7 @@ CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our c
 XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
 CXX = ("CXX",)  # the C++ compiler the compiled front is built with
 VARIANTS = ("PYTHON_NATIVE_VARIANTS",)
+REPLAY = ("PYTHON_NATIVE_REPLAY",)
 TORCH_LOGS = ("TORCH_LOGS",)  # torch's own logging switch, which our logger names join
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
@@ -58,6 +59,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
     (VARIANTS, "the variant each op's override runs, 'op=name;...' ('aten': the original kernel); "
                "read at import, applied as each override registers"),
+    (REPLAY, "the compiled front replays the recorded launches of a hit without entering Python: 1 on, 0 off; "
+             "unset: on where a GPU run proved it for this GPU and these torch and Triton versions"),
     (TORCH_LOGS, "torch's logging switch: python_native (registration), +python_native (and each override), "
                  "python_native_compile (kernel compiles)"),
 )
@@ -182,6 +185,21 @@ def background_build_allowed() -> bool:
     names = BACKGROUND_BUILD
     value = os.environ.get(names[0])
     return value is None or not value.strip() or _flag(names) or value.strip().lower() not in _FALSY
+
+
+def replay_setting() -> bool | None:
+    """``PYTHON_NATIVE_REPLAY`` as a flag, None when unset (or not a flag value: warned about once)."""
+    found = _first_set(REPLAY)
+    if found is None:
+        faults.resolve(REPLAY[0])
+        return None
+    word = found[1].lower()
+    if word in _TRUTHY or word in _FALSY:
+        faults.resolve(REPLAY[0])
+        return word in _TRUTHY
+    faults.report(REPLAY[0], f"{found[1]!r} is not a flag value", f"use {FLAG_SPELLINGS}; treated as unset",
+                  stacklevel=3)
+    return None
 
 
 def unmeasured_allowed() -> bool:

@@ -83,6 +83,12 @@ def render(data: dict) -> str:
         lines += _wrapped(f"why: {f['why']}")
         if f.get("error"):
             lines += _wrapped(f"error: {f['error']}")
+        replay = f.get("replay")
+        if replay:
+            lines += _wrapped(f"replay: {'on' if replay['on'] else 'off'} ({replay['why']})")
+            served = sum(s.get("replayed", 0) + s.get("fallbacks", 0) for s in replay.get("slots", {}).values())
+            if replay["on"]:
+                lines += _wrapped(f"replayed calls so far: {served}, over {len(replay.get('slots', {}))} slots that replay")
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
         lines += calibration_lines(data["calibration"])

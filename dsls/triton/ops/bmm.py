@@ -80,4 +80,4 @@ def bmm_explain(self: Tensor, mat2: Tensor) -> str | None:
     return "too large: the flat program grid is int32"
 
 
-OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl, public_name="bmm", explain=bmm_explain)]
+OVERRIDES = [OverrideSpec.planned("bmm", bmm_cond, bmm_impl, public_name="bmm", explain=bmm_explain, replayable=True)]

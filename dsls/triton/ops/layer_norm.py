@@ -134,7 +134,7 @@ def layer_norm_backward_explain(
 
 OVERRIDES = [
     OverrideSpec.planned("native_layer_norm", layer_norm_cond, layer_norm_impl, public_name="layer_norm",
-                          explain=layer_norm_explain),
+                          explain=layer_norm_explain, replayable=True),
     OverrideSpec.planned("native_layer_norm_backward", layer_norm_backward_cond, layer_norm_backward_impl,
-                          public_name="layer_norm", backward=True, explain=layer_norm_backward_explain),
+                          public_name="layer_norm", backward=True, explain=layer_norm_backward_explain, replayable=True),
 ]

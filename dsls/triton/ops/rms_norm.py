@@ -125,7 +125,7 @@ def rms_norm_backward_explain(
 
 OVERRIDES = [
     OverrideSpec.planned("_fused_rms_norm", rms_norm_cond, rms_norm_impl, public_name="rms_norm",
-                          explain=rms_norm_explain),
+                          explain=rms_norm_explain, replayable=True),
     OverrideSpec.planned("_fused_rms_norm_backward", rms_norm_backward_cond, rms_norm_backward_impl,
-                          public_name="rms_norm", backward=True, explain=rms_norm_backward_explain),
+                          public_name="rms_norm", backward=True, explain=rms_norm_backward_explain, replayable=True),
 ]

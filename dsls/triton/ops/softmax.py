@@ -193,13 +193,13 @@ def _variants(make: Callable[[bool, str], Callable[..., Tensor]], log: bool) -> 
 
 OVERRIDES = [
     OverrideSpec.planned("_softmax", softmax_cond, softmax_impl, public_name="softmax", explain=softmax_explain,
-                         variants=_variants(_forward_variant, False)),
+                         replayable=True, variants=_variants(_forward_variant, False)),
     OverrideSpec.planned("_log_softmax", softmax_cond, log_softmax_impl, public_name="log_softmax",
-                         explain=softmax_explain, variants=_variants(_forward_variant, True)),
+                         explain=softmax_explain, replayable=True, variants=_variants(_forward_variant, True)),
     OverrideSpec.planned("_softmax_backward_data", softmax_backward_cond, softmax_backward_impl,
-                         public_name="softmax", backward=True, explain=softmax_backward_explain,
+                         public_name="softmax", backward=True, explain=softmax_backward_explain, replayable=True,
                          variants=_variants(_backward_variant, False)),
     OverrideSpec.planned("_log_softmax_backward_data", softmax_backward_cond, log_softmax_backward_impl,
-                         public_name="log_softmax", backward=True, explain=softmax_backward_explain,
+                         public_name="log_softmax", backward=True, explain=softmax_backward_explain, replayable=True,
                          variants=_variants(_backward_variant, True)),
 ]

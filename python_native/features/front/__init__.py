@@ -37,7 +37,7 @@ from typing import Any
 
 from python_native.core import extensions, reclaim
 from python_native.core.registry import REGISTRY
-from python_native.features.front import background, build
+from python_native.features.front import background, build, replay
 from python_native.foundations import env, nvml
 
 log = logging.getLogger("python_native")
@@ -151,6 +151,7 @@ def enable() -> None:
         for slot in list(REGISTRY.slots.values()):
             if slot.library is not None:
                 _registered(slot)
+        replay.decide()
 
 
 def disable() -> None:
@@ -197,11 +198,13 @@ def _registered(slot: Any) -> None:
     front.install()
     _state.fronts[slot] = front
     _state.mode_cells[slot] = front.mode_view().cast("I")
+    replay.track(slot, front)
     _state.applied.pop(slot, None)
     _refreshed(slot)
 
 
 def _unregistering(slot: Any) -> None:
+    replay.untrack(slot)
     cell = _state.mode_cells.pop(slot, None)
     if cell is not None:
         cell.release()  # no write can reach the front once it is let go
@@ -228,8 +231,11 @@ def _refreshed(slot: Any) -> None:
             _state.applied[slot] = masks
     elif cell[0] != mode:
         cell[0] = mode
+    if _REPLAY.on:
+        replay.follow(slot)
 
 
+_REPLAY = replay.STATE
 _PYTHON: tuple[int, tuple] = (-1, ())  # the two decisions without masks, set when a build is attached
 _FALLBACK: tuple[int, tuple] = (-1, ())
 
@@ -279,10 +285,11 @@ def describe() -> dict[str, Any]:
         "background_build": background.describe(),
         "library": str(_state.path) if _state.path else None,
         "slots": modes,
+        "replay": replay.describe() if _state.active else {"on": False, "why": "the compiled front is not serving"},
     }
 
 
 start()
 
-__all__ = ["CHOICES", "ENV", "build", "current", "describe", "disable", "enable", "ensure_built", "requested", "serving",
+__all__ = ["CHOICES", "ENV", "build", "current", "replay", "describe", "disable", "enable", "ensure_built", "requested", "serving",
            "start"]

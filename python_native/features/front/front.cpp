@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "replay_bind.h"
+
 namespace py = pybind11;
 
 namespace {
@@ -39,6 +41,7 @@ struct State {
   std::vector<size_t> positional;  // indices of the schema's positional arguments
   size_t nargs = 0;
   int64_t wide_row = 0;  // rows at least this long are wide (the gates' rule, fixed for the front's life)
+  pn_replay::Table replay;  // recorded launches, served without Python (replay_table.h)
 
   State() {
     for (auto& per_dtype : masks) {
@@ -77,6 +80,11 @@ class FrontKernel final : public c10::OperatorKernel {
       // The kernel below went away (its library was destroyed; the stack is then untouched):
       // the Python router captures the new one. Any other error is the kernel's own.
       if (!call_intact(shadowed_, op, keyset, stack)) python_.callBoxed(op, keyset, stack);
+      return;
+    }
+    if (s.replay.on() && pn_replay::run(s.replay, s.nargs, op, stack,
+                                        [&] { return call_intact(shadowed_, op, keyset, stack); },
+                                        [&] { return call_intact(python_, op, keyset, stack); })) {
       return;
     }
     // Our router's registration gone first (only while the interpreter shuts down): the kernel below serves.
@@ -194,6 +202,7 @@ class Front {
   int64_t inflight() const { return state_->inflight.load(std::memory_order_acquire); }
 
   int64_t wide_row() const { return state_->wide_row; }
+  pn_replay::Table& replay_table() { return state_->replay; }
 
  private:
   std::shared_ptr<State> state_;
@@ -223,7 +232,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("MODE_FALLBACK") = static_cast<int>(kFallback);
   m.attr("MODE_GATED") = static_cast<int>(kGated);
   m.def("scalar_types", &scalar_types);
-  py::class_<Front>(m, "Front")
+  pn_replay::bind_module(m);
+  auto front = py::class_<Front>(m, "Front");
+  pn_replay::bind_front(front, [](Front& f) -> pn_replay::Table& { return f.replay_table(); });
+  front
       .def(py::init<const std::string&, const std::string&, const std::string&, py::object, py::object, int64_t>())
       .def("install", &Front::install)
       .def("uninstall", &Front::uninstall)
