@@ -83,12 +83,13 @@ def overrides():
     pn.reorder_overrides(None)
 
 
-def router_calls(op: str, fn, key: str = "CPU") -> int:
-    """How many times the router of ``aten::<op> @ key`` ran during ``fn()``: the router is Python
-    code, so a call that reaches it shows a ``call`` event for one of its code objects."""
+def router_calls(target, fn, key: str = "CPU") -> int:
+    """How many times a router ran during ``fn()``: ``target`` is a slot, or an op whose slot is
+    ``aten::<op> @ key``. The router is Python code, so a call that reaches it shows a ``call``
+    event for one of its code objects to a profile hook."""
     import sys
 
-    slot = REGISTRY.slots[("aten", op, key)]
+    slot = REGISTRY.slots[("aten", target, key)] if isinstance(target, str) else target
     codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
     seen = []
 
@@ -111,26 +112,6 @@ def always(*args, **kwargs) -> bool:
 def marked_sub(self, other, alpha=1):
     """A sub that differs visibly from aten's (it adds 1000) and never calls aten::sub."""
     return torch.add(self, torch.neg(other) * alpha) + 1000
-
-
-def router_calls(slot, fn) -> int:
-    """How many times ``slot``'s router ran during ``fn()``: the router is Python code, so a call that
-    reaches it shows a ``call`` event of one of its code objects to a profile hook."""
-    import sys
-
-    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code)
-
-    sys.setprofile(hook)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
 
 
 @pytest.fixture

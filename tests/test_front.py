@@ -32,11 +32,6 @@ def compiled():
         yield
 
 
-def _router_calls(op: str, fn) -> int:
-    """How many times the router of ``aten::<op> @ CPU`` ran during ``fn()``."""
-    return router_calls(REGISTRY.slots[("aten", op, "CPU")], fn)
-
-
 def _mode(op: str) -> str:
     return front.describe()["slots"][f"aten::{op} @ CPU"]
 
@@ -131,7 +126,7 @@ def test_the_front_classifies_rows_by_the_gates_own_wide_row(compiled, overrides
         x = torch.ones(3, cols)  # 3 * 4095 and 3 * 4096 elements: the same size bucket, 14
         declined = gate(x, x) is False
         assert declined == (cols < wide)
-        assert _router_calls("sub.Tensor", lambda x=x: torch.sub(x, x)) == (0 if declined else 1)
+        assert router_calls("sub.Tensor", lambda x=x: torch.sub(x, x)) == (0 if declined else 1)
         expected = torch.zeros_like(x) if declined else torch.full_like(x, 1000.0)
         assert torch.equal(torch.sub(x, x), expected)
 

@@ -38,7 +38,7 @@ from typing import Any
 from python_native.core import extensions, reclaim
 from python_native.core.registry import REGISTRY
 from python_native.features.front import background, build, replay
-from python_native.foundations import env, nvml
+from python_native.foundations import env
 
 log = logging.getLogger("python_native")
 
