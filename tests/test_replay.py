@@ -28,6 +28,7 @@ from replay_testing import (
 
 import python_native as pn
 from conftest import TEST_DSL, always, compiled_front_problem, router_calls
+from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration
 from python_native.features.front import replay
@@ -124,7 +125,7 @@ def test_an_override_that_is_not_replayable_keeps_the_slot_in_python(dispatch_fr
 def test_checked_mode_never_replays(dispatch_front, overrides, monkeypatch):
     monkeypatch.setenv("PYTHON_NATIVE_CHECK", "1")
     h = overrides("sub.Tensor", sub_cond, replayable_sub)
-    assert getattr(h.routed_impl, "python_native_sees_every_call", False)
+    assert extensions.sees_every_call(h.routed_impl)
     x, y = ints(4, 4), ints(4, 4)
     with replaying():
         for _ in range(3):  # checked on every call: the +1000 differs from aten's answer each time

@@ -146,7 +146,7 @@ def replayable(slot: Any) -> bool:
 def _replayable_impl(impl: Any) -> bool:
     """Declared replayable, and not wrapped by something that must see every call (checked mode's
     wrapper copies the impl's attributes, the declaration among them)."""
-    return launches.is_replayable(impl) and not getattr(impl, "python_native_sees_every_call", False)
+    return launches.is_replayable(impl) and not extensions.sees_every_call(impl)
 
 
 # ----- recording (an impl wrapper, in place only while replay is on) -----
