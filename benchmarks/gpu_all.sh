@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
 #   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
-# Steps (default: all, in this order): tests host calibrate bench lce model; also: probe, portable.
+# Steps (default: all, in this order): tests host replay calibrate bench lce model; also: probe, portable.
 #   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
 #   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
 #              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
+#   replay     python -m python_native bench --prove-replay (replayed calls against Python-served ones;
+#              writes the proof that turns replay on here), then host_overhead.py --no-calibration:
+#              tiny hits with replay on against aten (the compiled front is built first)
 #   probe      host time stage by stage (benchmarks/host_breakdown.py) and the kernels of the rows
 #              named in PROFILE_ROWS ("op mode MxN dtype;..."), with the overrides on and off
 #   calibrate  python -m python_native bench --calibrate: this GPU's calibration table
@@ -32,7 +35,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 \
     || echo "note: the editable install failed; tests that start a fresh 'import torch' will fail"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests host calibrate bench lce model)
+[ ${#steps[@]} -eq 0 ] && steps=(tests host replay calibrate bench lce model)
 table="$OUT/calibration.json"
 
 for step in "${steps[@]}"; do
@@ -42,6 +45,11 @@ for step in "${steps[@]}"; do
         # Ops no GPU has timed yet are installed for the suite, so that their kernels are tested here.
         PYTHON_NATIVE_UNMEASURED=1 timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-8}" --timeout 120 tests \
             2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    replay)
+        timeout "${HOST_S:-120}" python3 -m python_native precompile --dsl front 2>&1 | tee "$OUT/replay.txt"
+        timeout "${HOST_S:-120}" python3 -m python_native bench --prove-replay 2>&1 | tee -a "$OUT/replay.txt"
+        timeout "${HOST_S:-120}" python3 benchmarks/host_overhead.py --no-calibration --rounds 5 2>&1 \
+            | tee -a "$OUT/replay.txt" ;;
     host)
         timeout "${HOST_S:-120}" python3 benchmarks/host_overhead.py 2>&1 | tee "$OUT/host.txt"
         timeout "${HOST_S:-120}" python3 benchmarks/launch_overhead.py --cuda --number 500 2>&1 | tee -a "$OUT/host.txt" ;;

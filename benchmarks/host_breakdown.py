@@ -40,7 +40,7 @@ def main() -> int:
         ("torch.empty_like", per_call_us(lambda: torch.empty_like(x))),
     ]
     import python_native as pn
-    from python_native_dsls.triton.kernels import launch
+    from python_native_dsls.triton.kernels import launch, launch_sim
     from python_native_dsls.triton.kernels.softmax_rows import FWD
     from python_native_dsls.triton.plans.tiles import row_config
 
@@ -50,7 +50,7 @@ def main() -> int:
     ]
     with pn.triton.disabled():
         rows.append(("_softmax with triton disabled (router fallback)", per_call_us(lambda: aten._softmax(x, -1, False))))
-    with launch.stubbed_launches():
+    with launch_sim.stubbed_launches():
         rows.append(("override _softmax, launch stubbed", per_call_us(lambda: aten._softmax(x, -1, False))))
     y = torch.empty_like(x)
     args, cfg = (x, y, 8, 64, 64, 1), row_config(8, 64)
@@ -71,7 +71,7 @@ def main() -> int:
             per_call_us(lambda: compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata,
                                              None, None, None, *args, *constexprs)),
         ))
-        rows.append(("launch key (_spec_key)", per_call_us(lambda: launch._spec_key(args))))
+        rows.append(("launch key (spec_key)", per_call_us(lambda: launch.spec_key(args))))
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; 8x64 fp32; us per call")
     for name, us in rows:
         print(f"{name:52} {us:8.2f}")

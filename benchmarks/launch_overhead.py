@@ -21,6 +21,11 @@ the cheapest allocation Python has): the least any override written in Python pa
 that op, before its cond and kernel; *beyond it* is the GPU path (the stubbed figure where the
 path is not simulated) less the Python floor. Figures are medians of single timed calls (clock cost
 subtracted), with the tenth percentile next to them.
+
+On CPU a last table times the *replayed hit*: the compiled front serves the call from the launches
+recorded for its key (``features/front/replay.py``), without entering Python, launching through the
+front's stand-in (which only records what it is given) on the simulated device. ``x GPU path``
+compares it with the Python path's figure above.
 """
 
 from __future__ import annotations
@@ -168,7 +173,7 @@ def main(argv: list[str]) -> int:
 
     import python_native as pn  # noqa: F401  (installs the overrides)
     import python_native_dsls.triton as backend
-    from python_native_dsls.triton.kernels.launch import simulated_device, stubbed_launches
+    from python_native_dsls.triton.kernels.launch_sim import simulated_device, stubbed_launches
     from python_native_dsls.triton.ops import all_overrides
 
     device = backend.device_type()
@@ -209,7 +214,57 @@ def main(argv: list[str]) -> int:
         which = "GPU path" if simulated else "stubbed"
         print(f"median over overrides ({which}): {statistics.median(ratios):.2f}x aten add; "
               f"highest {max(ratios):.2f}x")
+    if device == "cpu":
+        _print_replayed(cases, args, {op: ops_add_med if op in VIA_TORCH_OPS else add_med for op in cases}, simulated)
     return 0
+
+
+def _print_replayed(cases: dict[str, Callable[[], object]], args: argparse.Namespace, bases: dict[str, float],
+                    simulated: dict[str, tuple[float, float]]) -> None:
+    """The replayed hit: the compiled front serves the call from its record, launching through the
+    front's stand-in (which records the launch; no kernel runs), on the simulated device."""
+    replayed = _timed_replayed(cases, args)
+    if not replayed:
+        print("replayed hit: not measured (the compiled front is not serving; `python -m python_native precompile`)")
+        return
+    print(f"replayed hit (compiled front, stand-in launch)   {'us':>8}          {'x add':>6}   {'x GPU path':>10}")
+    ratios = []
+    for op in cases:
+        if op not in replayed:
+            print(f"{op:30} not replayed")
+            continue
+        med, best = replayed[op]
+        ratios.append(med / bases[op])
+        path = f"{med / simulated[op][0]:10.2f}" if op in simulated else f"{'-':>10}"
+        label = f"{op} *" if op in VIA_TORCH_OPS else op
+        print(f"{label:46} {med:8.2f} ({best:6.2f})   {med / bases[op]:6.2f}   {path}")
+    if ratios:
+        print(f"replayed hits: median {statistics.median(ratios):.2f}x aten add; highest {max(ratios):.2f}x")
+
+
+def _timed_replayed(cases: dict[str, Callable[[], object]], args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+    """(median, p10) per op whose second call the front replayed."""
+    from python_native.features import front
+    from python_native.features.front import replay
+    from python_native_dsls.triton.kernels.launch_sim import simulated_device
+
+    if front.current() != "compiled":
+        return {}
+    module = front._state.module
+    timings = {}
+    module.replay_select_test_launch(True)
+    try:
+        with simulated_device(), replay.forced(True):
+            for op, fn in cases.items():
+                fn()  # recorded
+                module.replay_test_launches()
+                fn()
+                if module.replay_test_launches():  # replayed: the stand-in was given its launches
+                    timings[op] = timed_us(fn, args.number, args.repeat)
+                    module.replay_test_launches()
+    finally:
+        module.replay_select_test_launch(False)
+    return timings
 
 
 def _timed_fired(

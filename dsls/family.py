@@ -41,7 +41,7 @@ class Op:
     device type) and expressions over them (``"tuple(normalized_shape)"``, ``"0.0 <= p <= 1.0"``).
     ``check(plan, *args)`` adds what no key can hold (memory overlap of in-place arguments): a
     reason, or None. ``impl`` receives the plan as ``plan=``. ``bench`` names the rows of
-    ``python -m python_native bench`` that reach the op.
+    ``python -m python_native bench`` that reach the op; ``replayable`` is ``OverrideSpec``'s.
     """
 
     op: str
@@ -55,6 +55,7 @@ class Op:
     lib: str = "aten"
     check: Callable[..., str | None] | None = None
     bench: tuple[str, ...] = ()
+    replayable: bool = False  # the compiled front may replay its launches (``OverrideSpec.replayable``)
     options: Mapping[str, Any] = field(default_factory=dict)  # further registration options: derive_variants
 
 
@@ -170,7 +171,7 @@ class Family:
             options["variants"] = dict(op.variants)
         spec = OverrideSpec.planned(op.op, cond, op.impl, measured=op.measured, public_name=op.public_name,
                                     backward=op.backward, explain=_explainer(op.plan_or_why, op.check),
-                                    lib=op.lib, **options)
+                                    lib=op.lib, replayable=op.replayable, **options)
         return Built(op, spec, cache)
 
     def __getitem__(self, op: str) -> Built:

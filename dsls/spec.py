@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from python_native.foundations.launches import declare_replayable
+
 
 @dataclass(frozen=True)
 class OverrideSpec:
@@ -29,6 +31,12 @@ class OverrideSpec:
 
     ``explain(*args, **kwargs) -> str | None`` says why ``cond`` declines a call (``"dtype float64"``);
     traced routers ask it on a decline, never an untraced call (see ``register_op_override``).
+
+    ``replayable=True`` declares that the cond decides from the call's key alone (dtypes, sizes,
+    strides, devices, scalar arguments) and that the impl, and every variant, makes the same
+    launches for one key, reads nothing back and writes device memory only through its launcher
+    (``python_native.foundations.launches``): the compiled front may then serve later calls of a
+    key from the launches recorded for it.
     """
 
     op: str
@@ -40,19 +48,26 @@ class OverrideSpec:
     public_name: str | None = None
     backward: bool = False
     explain: Callable[..., str | None] | None = None
+    replayable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.replayable:
+            for impl in (self.impl, *self.options.get("variants", {}).values()):
+                declare_replayable(impl)
 
     @classmethod
     def planned(
         cls, op: str, cond: Callable[..., Any], impl: Callable[..., Any], *, measured: bool = True,
         public_name: str | None = None, backward: bool = False,
-        explain: Callable[..., str | None] | None = None, lib: str = "aten", **options: Any
+        explain: Callable[..., str | None] | None = None, lib: str = "aten", replayable: bool = False,
+        **options: Any
     ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
         further registration options (``derive_variants``, ``priority``). Op families declare
         their overrides through ``python_native_dsls.family``, which builds these."""
         return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured, lib,
-                   public_name=public_name, backward=backward, explain=explain)
+                   public_name=public_name, backward=backward, explain=explain, replayable=replayable)
 
 
 def has_kernel(op: str, key: str, lib: str = "aten") -> bool:

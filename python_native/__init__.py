@@ -96,6 +96,7 @@ __all__ = [
     "trace",
     "status",
     "compile_mode_set",
+    "benchmark_set",
     "decomposition_table",
     "linear_cross_entropy",
     "patch",
@@ -380,6 +381,11 @@ def _get_filter_state():
 def compile_mode_set(mode: str):
     """Context manager: ``pn.compile_mode`` is ``mode`` inside the block (``"bypass"`` or ``"keep"``)."""
     return compiled.mode_set(mode)
+
+
+def benchmark_set(value):
+    """Context manager: ``pn.benchmark`` is ``value`` inside the block (False, True or ``"unmeasured"``)."""
+    return calibration.benchmark_set(value)
 
 
 def decomposition_table(base=None):

@@ -30,16 +30,19 @@ def running() -> dict[str, str]:
 
 
 def table(device: str = FAKE_DEVICE, rows: list | None = None, **header: Any) -> dict:
-    """A table for ``device`` (by default measured with the running versions)."""
+    """A table for ``device`` (by default measured with the running versions and kernels)."""
+    rows = rows if rows is not None else [
+        {"op": "_softmax", "dtype": "float32", "bucket": 9, "wins": True},
+        {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": True},
+        {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": False},  # one shape of bucket 11 lost
+        {"op": "_softmax", "dtype": "float32", "bucket": 13, "wins": True},
+        {"op": "silu", "dtype": "float32", "bucket": 9, "wins": False},
+        {"op": "silu", "dtype": "bfloat16", "bucket": 20, "wins": False},
+    ]
+    kernels = calibration.versions.table_entry({(r.get("dsl", "triton"), r["op"]) for r in rows  # bad ones too
+                                                if isinstance(r, dict) and isinstance(r.get("op"), str)})
     return {"format": calibration.FORMAT, "device": device, **running(), "date": "2026-01-01T00:00:00Z",
-            **header, "rows": rows if rows is not None else [
-                {"op": "_softmax", "dtype": "float32", "bucket": 9, "wins": True},
-                {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": True},
-                {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": False},  # one shape of bucket 11 lost
-                {"op": "_softmax", "dtype": "float32", "bucket": 13, "wins": True},
-                {"op": "silu", "dtype": "float32", "bucket": 9, "wins": False},
-                {"op": "silu", "dtype": "bfloat16", "bucket": 20, "wins": False},
-            ]}
+            **({"kernels": kernels} if kernels else {}), **header, "rows": rows}
 
 
 def rows_winning_from(op: str, dtype: str, first: dict[int, int | None], buckets=range(14, 29, 2)) -> list[dict]:

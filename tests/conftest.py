@@ -83,6 +83,28 @@ def overrides():
     pn.reorder_overrides(None)
 
 
+def router_calls(target, fn, key: str = "CPU") -> int:
+    """How many times a router ran during ``fn()``: ``target`` is a slot, or an op whose slot is
+    ``aten::<op> @ key``. The router is Python code, so a call that reaches it shows a ``call``
+    event for one of its code objects to a profile hook."""
+    import sys
+
+    slot = REGISTRY.slots[("aten", target, key)] if isinstance(target, str) else target
+    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(frame.f_code)
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
 def always(*args, **kwargs) -> bool:
     return True
 
@@ -108,6 +130,16 @@ def calib(tmp_path, monkeypatch):
     calibration.set_device_key_fn(None)
     monkeypatch.undo()
     calibration.reset()
+
+
+@pytest.fixture
+def bench(calib, monkeypatch):
+    """pn.benchmark on, on a fake GPU with a faked clock (``first_use_testing.Bench``); off afterwards."""
+    from first_use_testing import Bench
+
+    found = Bench(calib, monkeypatch)
+    yield found
+    found.close()
 
 
 @pytest.fixture(autouse=True)

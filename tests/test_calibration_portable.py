@@ -257,6 +257,7 @@ def test_decline_masks_agree_with_the_gate_at_every_bucket(calib, source):
                 if shape is not None and b < 60:  # larger ones overflow a byte count even on the meta device
                     t = torch.empty(shape, device="meta", dtype=getattr(torch, name))
                     assert calibration.size_bucket(t.numel()) == b and calibration.width_class(t.shape[-1]) == wide
+                    assert calibration.cell_of(t) == 2 * b + wide  # the rule the gate writes out
                     assert (gate(t, -1, False) is False) == declines, (name, wide, b)
                     checked += 1
     assert checked > 250

@@ -1,7 +1,6 @@
 """The compiled dispatch front: which calls never enter Python, how it is built, chosen and reported.
 
-Whether a call entered Python is read from the profiler hook: the slot's router is Python code,
-so a call that reaches it shows a ``call`` event for one of the router's code objects.
+Whether a call entered Python is read from the profiler hook (``conftest.router_calls``).
 """
 
 from __future__ import annotations
@@ -17,9 +16,10 @@ import pytest
 import torch
 
 import python_native as pn
-from conftest import TEST_DSL, always, compiled_front_problem, marked_sub
+from conftest import TEST_DSL, always, compiled_front_problem, marked_sub, router_calls
+from python_native.core import extensions
 from python_native.core.registry import REGISTRY
-from python_native.features import front
+from python_native.features import calibration, front
 
 pytestmark = pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))
 
@@ -32,24 +32,6 @@ def compiled():
         yield
 
 
-def _router_calls(op: str, fn) -> int:
-    """How many times the router of ``aten::<op> @ CPU`` ran during ``fn()``."""
-    slot = REGISTRY.slots[("aten", op, "CPU")]
-    codes = {code for _, code in slot.codes.values()} | {slot.entry.__code__}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code)
-
-    sys.setprofile(hook)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(seen)
-
-
 def _mode(op: str) -> str:
     return front.describe()["slots"][f"aten::{op} @ CPU"]
 
@@ -57,22 +39,22 @@ def _mode(op: str) -> str:
 def test_a_hit_enters_the_router_and_a_disabled_op_does_not(compiled, overrides, x):
     overrides("sub.Tensor", always, marked_sub)
     assert _mode("sub.Tensor") == "python"
-    assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
+    assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
     assert torch.equal(torch.sub(x, x), torch.full_like(x, 1000.0))
     with pn.operations_disabled("sub"):
         assert _mode("sub.Tensor") == "fallback"
-        assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0
+        assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0
         assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
     with getattr(pn, TEST_DSL).disabled():
-        assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0  # nothing active in the slot
-    assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
+        assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 0  # nothing active in the slot
+    assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
 
 
 def test_python_front_enters_the_router_for_every_call(overrides, x):
     overrides("sub.Tensor", always, marked_sub)
     with front.serving("python"):
         with pn.operations_disabled("sub"):
-            assert _router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
+            assert router_calls("sub.Tensor", lambda: torch.sub(x, x)) == 1
 
 
 def test_a_trace_sees_every_call_through_the_front(compiled, overrides, x):
@@ -86,39 +68,77 @@ def test_a_trace_sees_every_call_through_the_front(compiled, overrides, x):
 
 
 class GatedCond:
-    """A cond that declines float32 calls of size bucket 3 (4..7 elements) in narrow rows, and says so."""
+    """A cond that declines float32 calls of size bucket 3 (4..7 elements) in narrow rows, and says
+    so through the front's extension point (``declared``)."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, self_, other, alpha=1):
         self.calls += 1
-        return not (self_.dtype == torch.float32 and self_.numel().bit_length() == 3 and self_.shape[-1] < 4096)
+        return not (self_.dtype == torch.float32 and self_.numel().bit_length() == 3
+                    and self_.shape[-1] < calibration.WIDE_ROW)
 
-    def decline_masks(self, device_key):
-        return {"float32": (1 << 3, 0)} if device_key == "cpu" else None
+    def decline_masks(self, dispatch_key):
+        return {"float32": (1 << 3, 0)} if dispatch_key == "CPU" else None
 
 
-def test_calls_the_gate_surely_declines_never_enter_python(compiled, overrides):
+@pytest.fixture
+def declared():
+    """GatedCond's masks offered to the front as a feature's gates would offer them."""
+    gates = extensions.declare_call_gates(extensions.CallGates(
+        calibration.WIDE_ROW, lambda cond: cond.decline_masks if isinstance(cond, GatedCond) else None))
+    yield
+    extensions.remove(extensions.CALL_GATES, gates)
+
+
+def test_calls_the_gate_surely_declines_never_enter_python(compiled, declared, overrides):
     cond = GatedCond()
     overrides("sub.Tensor", cond, marked_sub)
     assert _mode("sub.Tensor") == "gated"
     small = torch.ones(2, 3)  # 6 elements: bucket 3, declined
-    assert _router_calls("sub.Tensor", lambda: torch.sub(small, small)) == 0 and cond.calls == 0
+    assert router_calls("sub.Tensor", lambda: torch.sub(small, small)) == 0 and cond.calls == 0
     assert torch.equal(torch.sub(small, small), torch.zeros_like(small))
     for other in (torch.ones(4, 4), torch.ones(2, 3, dtype=torch.float64)):  # another bucket, another dtype
-        assert _router_calls("sub.Tensor", lambda o=other: torch.sub(o, o)) == 1
+        assert router_calls("sub.Tensor", lambda o=other: torch.sub(o, o)) == 1
     assert cond.calls == 2
 
 
-def test_an_override_without_masks_keeps_its_calls_in_python(compiled, overrides):
+def test_a_cond_no_feature_declared_keeps_its_calls_in_python(compiled, overrides):
+    overrides("sub.Tensor", GatedCond(), marked_sub)  # masks of its own, but no feature offers them
+    assert _mode("sub.Tensor") == "python"
+
+
+def test_the_front_classifies_rows_by_the_gates_own_wide_row(compiled, overrides, calib, tmp_path):
+    """One rule: the front is made with calibration's WIDE_ROW, and declines in C++ exactly the
+    calls the gate declines on either side of it (narrow rows lose here, wide ones win)."""
+    wide = calibration.WIDE_ROW
+    rows = [{"dsl": TEST_DSL, "op": "sub.Tensor", "dtype": "float32", "bucket": 14, "last_dim": d, "wins": d >= wide}
+            for d in (wide - 1, wide)]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"format": calibration.FORMAT, "device": "cpu", "rows": rows}))
+    calib.env(path)
+    handle = overrides("sub.Tensor", always, marked_sub)
+    assert _mode("sub.Tensor") == "gated"
+    assert front._state.fronts[handle.slot].wide_row == wide
+    gate = calibration.gate_of(handle.routed_cond)
+    for cols in (wide - 1, wide):
+        x = torch.ones(3, cols)  # 3 * 4095 and 3 * 4096 elements: the same size bucket, 14
+        declined = gate(x, x) is False
+        assert declined == (cols < wide)
+        assert router_calls("sub.Tensor", lambda x=x: torch.sub(x, x)) == (0 if declined else 1)
+        expected = torch.zeros_like(x) if declined else torch.full_like(x, 1000.0)
+        assert torch.equal(torch.sub(x, x), expected)
+
+
+def test_an_override_without_masks_keeps_its_calls_in_python(compiled, declared, overrides):
     cond = GatedCond()
     overrides("sub.Tensor", cond, marked_sub)
     overrides("sub.Tensor", always, marked_sub, priority=-1)  # no masks: nothing is surely declined
     assert _mode("sub.Tensor") == "python"
 
 
-def test_checked_mode_keeps_every_call_in_python(compiled, overrides, monkeypatch, x):
+def test_checked_mode_keeps_every_call_in_python(compiled, declared, overrides, monkeypatch, x):
     monkeypatch.setenv("PYTHON_NATIVE_CHECK", "1")
     overrides("sub.Tensor", GatedCond(), lambda self, other, alpha=1: torch.ops.aten.sub.Tensor(self + 0, other, alpha=alpha))
     assert _mode("sub.Tensor") == "python"

@@ -105,7 +105,7 @@ def test_calibration_gate_passes_the_plan_through(tmp_path, monkeypatch):
         {"op": "_softmax", "dtype": "float32", "bucket": 11, "wins": False},
     ]
     content = {"format": calibration.FORMAT, "device": "Fake GPU/sm99", "torch": "x", "triton": "y", "date": "d",
-               "rows": rows}
+               "kernels": calibration.versions.table_entry([("triton", "_softmax")]), "rows": rows}
     path = tmp_path / "table.json"
     path.write_text(json.dumps(content))
     monkeypatch.setenv(calibration.ENV_VAR, str(path))

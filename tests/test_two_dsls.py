@@ -206,5 +206,5 @@ def test_cutedsl_conds_go_through_the_same_gate_when_a_table_exists(monkeypatch)
         for dsl, op, *_ in installed:
             calibration.forget_gate(op, dsl)
     assert installed and "_softmax" in {op for _, op, _, _ in installed}
-    assert all(dsl == "cutedsl" and key == "CUDA" and getattr(cond, "calibrated_dsl", None) == "cutedsl"
+    assert all(dsl == "cutedsl" and key == "CUDA" and getattr(calibration.gate_of(cond), "dsl", None) == "cutedsl"
                for dsl, _, key, cond in installed)

@@ -1,6 +1,6 @@
 """Where features plug into the dispatch core, which never names them.
 
-Four extension points, each a list a feature appends to when it is imported:
+Extension points, each a list a feature appends to when it is imported:
 
 - *cond wrappers* ``(handle, cond) -> cond``: applied in order when an override is committed to
   its slot (a calibration gate declines where the override loses to aten). The result is what
@@ -14,6 +14,12 @@ Four extension points, each a list a feature appends to when it is imported:
 - *slot listeners* ``(slot) -> None``: told when a slot's router is registered in the dispatcher,
   before it is taken out, and after each refresh (``slot.active`` and ``slot.traced`` then say
   what the router does). A compiled front registers above the router and follows its state.
+- *call gates* (``CallGates``): how a feature's cond wrappers classify a call (size bucket and
+  width class of its first tensor argument) and, for a routed cond that is one of them, the calls
+  it surely declines, so a compiled front can send those to aten without entering Python (the
+  calibration gate).
+- *every-call impls* ``(impl) -> bool``: whether a routed impl must see every call, so that no
+  front may send a call around it (checked mode's comparing wrapper).
 
 Wrappers run before the dispatcher changes, so one that raises fails that registration only.
 Listeners run after the change: one that raises is logged and never undoes it.
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,6 +47,26 @@ OVERRIDE_REMOVED: list[Callable[[OverrideHandle], None]] = []
 SLOT_REGISTERED: list[Callable[[Any], None]] = []
 SLOT_UNREGISTERING: list[Callable[[Any], None]] = []
 SLOT_REFRESHED: list[Callable[[Any], None]] = []
+EVERY_CALL: list[Callable[[Any], bool]] = []
+
+
+@dataclass(frozen=True)
+class CallGates:
+    """A feature's gates as a dispatch front sees them.
+
+    A call's size bucket is ``numel().bit_length()`` of its first tensor argument; its rows are
+    wide where that argument's last dim is at least ``wide_row``. ``masks(cond)``: for a routed
+    cond that is one of the feature's gates, a function ``dispatch_key -> {dtype name: (narrow,
+    wide)} | None`` giving 64-bit masks of the size buckets (0..63) where the gate surely declines
+    the calls that key serves (None: nothing known, or the key's calls may run on devices the
+    gate judges differently); None for any other cond.
+    """
+
+    wide_row: int
+    masks: Callable[[Any], Callable[[str], dict[str, tuple[int, int]] | None] | None]
+
+
+CALL_GATES: list[CallGates] = []
 # Text by which the dispatcher's dump names a registration a listener makes above a router, so the
 # core can tell the kernel it shadows from its own layers.
 OWN_REGISTRATIONS: list[str] = []
@@ -86,6 +113,37 @@ def on_slot_unregistering(fn: Callable[[Any], None]) -> Callable[[Any], None]:
 def on_slot_refreshed(fn: Callable[[Any], None]) -> Callable[[Any], None]:
     """Call ``fn(slot)`` after each refresh of a slot (a registration, removal, toggle or trace)."""
     return _add(SLOT_REFRESHED, fn)
+
+
+def declare_call_gates(gates: CallGates) -> CallGates:
+    """Offer a feature's gates to dispatch fronts (``CallGates``)."""
+    if not isinstance(gates, CallGates):
+        raise TypeError(f"call gates must be a CallGates, got {type(gates).__name__}: {gates!r}")
+    if gates not in CALL_GATES:
+        CALL_GATES.append(gates)
+    return gates
+
+
+def needs_every_call(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """Ask ``fn(impl)`` whether a routed impl must see every call (no front sends a call around it)."""
+    return _add(EVERY_CALL, fn)
+
+
+def sees_every_call(impl: Any) -> bool:
+    """Whether some feature needs ``impl`` (a routed impl) to see every call."""
+    for fn in EVERY_CALL:  # a plain loop: a front asks on every refresh
+        if fn(impl):
+            return True
+    return False
+
+
+def masks_of(cond: Any) -> tuple[int, Callable[[str], dict[str, tuple[int, int]] | None]] | None:
+    """``(wide_row, masks for a dispatch key)`` where ``cond`` (a routed cond) is a declared gate, else None."""
+    for gates in CALL_GATES:
+        found = gates.masks(cond)
+        if found is not None:
+            return gates.wide_row, found
+    return None
 
 
 def remove(points: list, fn: Callable[..., Any]) -> None:

@@ -25,12 +25,15 @@ FRONT = ("PYTHON_NATIVE_FRONT",)
 BACKGROUND_BUILD = ("PYTHON_NATIVE_BACKGROUND_BUILD",)
 CALIBRATION = ("PYTHON_NATIVE_CALIBRATION",)
 UNMEASURED = ("PYTHON_NATIVE_UNMEASURED",)
+BENCHMARK = ("PYTHON_NATIVE_BENCHMARK",)
+BENCHMARK_UNMEASURED = "unmeasured"  # its value for "only where no table speaks"
 CUTEDSL = ("PYTHON_NATIVE_CUTEDSL",)
 CACHE_DIR = ("PYTHON_NATIVE_CACHE_DIR",)
 CUTE_DSL_ARCH = ("CUTE_DSL_ARCH",)  # CuTe DSL's own variable, honoured by our compile path too
 XDG_CACHE_HOME = ("XDG_CACHE_HOME",)  # the standard user cache base, under which our caches live
 CXX = ("CXX",)  # the C++ compiler the compiled front is built with
 VARIANTS = ("PYTHON_NATIVE_VARIANTS",)
+REPLAY = ("PYTHON_NATIVE_REPLAY",)
 TORCH_LOGS = ("TORCH_LOGS",)  # torch's own logging switch, which our logger names join
 
 # Every switch with what it does, for the status report (keep in step with the readers below).
@@ -48,6 +51,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CALIBRATION, "calibration tables to use instead of yours and the shipped ones (a file or folder); "
                   "'portable': the portable policy alone; 'off': no gate"),
     (UNMEASURED, "install overrides no GPU has timed yet at GPU keys too (to calibrate or test them)"),
+    (BENCHMARK, "seeds pn.benchmark: 1 measures each override against aten on a GPU the first time a call "
+                "meets a size no table measured ('unmeasured': only where no table speaks)"),
     (CUTEDSL, "the CuTe DSL overrides route calls from the start (read when they install, at import)"),
     (CACHE_DIR, "folder of the compiled-kernel cache (default: $XDG_CACHE_HOME or ~/.cache, python-native/kernels)"),
     (CUTE_DSL_ARCH, "GPU architecture CuTe DSL kernels are compiled for, in place of the device's (e.g. sm_90a)"),
@@ -55,6 +60,8 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
     (CXX, "the C++ compiler the compiled dispatch front is built with (default: c++)"),
     (VARIANTS, "the variant each op's override runs, 'op=name;...' ('aten': the original kernel); "
                "read at import, applied as each override registers"),
+    (REPLAY, "the compiled front replays the recorded launches of a hit without entering Python: 1 on, 0 off; "
+             "unset: on where a GPU run proved it for this GPU and these torch and Triton versions"),
     (TORCH_LOGS, "torch's logging switch: python_native (registration), +python_native (and each override), "
                  "python_native_compile (kernel compiles)"),
 )
@@ -181,9 +188,38 @@ def background_build_allowed() -> bool:
     return value is None or not value.strip() or _flag(names) or value.strip().lower() not in _FALSY
 
 
+def replay_setting() -> bool | None:
+    """``PYTHON_NATIVE_REPLAY`` as a flag, None when unset (or not a flag value: warned about once)."""
+    found = _first_set(REPLAY)
+    if found is None:
+        faults.resolve(REPLAY[0])
+        return None
+    word = found[1].lower()
+    if word in _TRUTHY or word in _FALSY:
+        faults.resolve(REPLAY[0])
+        return word in _TRUTHY
+    faults.report(REPLAY[0], f"{found[1]!r} is not a flag value", f"use {FLAG_SPELLINGS}; treated as unset",
+                  stacklevel=3)
+    return None
+
+
 def unmeasured_allowed() -> bool:
     """Overrides no calibration table has timed are installed at GPU keys too (read at registration)."""
     return _flag(UNMEASURED)
+
+
+def benchmark_mode() -> bool | str:
+    """``PYTHON_NATIVE_BENCHMARK``: True for a true flag spelling, ``"unmeasured"``, else False (a
+    value that is neither warns once, counts as unset and is named in the status report)."""
+    found = _first_set(BENCHMARK)
+    if found is not None and found[1].lower() == BENCHMARK_UNMEASURED:
+        faults.resolve(BENCHMARK[0])
+        return BENCHMARK_UNMEASURED
+    if found is not None and found[1].lower() not in _TRUTHY | _FALSY:
+        faults.report(BENCHMARK[0], f"{found[1]!r} is not a flag value nor {BENCHMARK_UNMEASURED!r}",
+                      f"use {FLAG_SPELLINGS}, or {BENCHMARK_UNMEASURED}; treated as unset (off)", stacklevel=4)
+        return False
+    return _flag(BENCHMARK)
 
 
 def variant_choices() -> list[tuple[str, str]]:

@@ -83,6 +83,8 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
     """
     log = logging.getLogger("python_native")
     handles = []
+    specs = list(specs)
+    calibration.declare_kernels(dsl, [(spec.op, spec.impl) for spec in specs])  # their tables' rows stay fresh until these change
     for spec in specs:
         lib = getattr(spec, "lib", "aten")
         public_name = getattr(spec, "public_name", None)

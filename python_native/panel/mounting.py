@@ -14,7 +14,7 @@ import types
 from functools import cache
 
 from python_native.core.registry import REGISTRY
-from python_native.features import compiled
+from python_native.features import calibration, compiled
 from python_native.foundations import dsl_registry
 from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
@@ -29,7 +29,7 @@ PUBLIC_API = (
     "reorder_overrides", "overrides", "router_source", "trace", "status",
     "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "TraceSummary", "speckey",
     "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
-    "set_override_variant", "get_override_variant", "override_variant",
+    "set_override_variant", "get_override_variant", "override_variant", "benchmark", "benchmark_set",
     "patch", "unpatch", "patched", "register_patch_rule", "patch_rules", "reach",
     "PatchRule", "PatchReport", "LeftAlone", "ReachReport",
 )
@@ -78,6 +78,18 @@ class PythonNativeModule(types.ModuleType):
         # ``torch.backends.disable_global_flags()``; the scoped form still works.
         refuse_if_frozen("pn.compile_mode", f"pn.compile_mode_set({mode!r})")
         compiled.set_mode(mode)
+
+    @property
+    def benchmark(self) -> bool | str:
+        """Measure overrides against aten on first use, like ``torch.backends.cudnn.benchmark``: False
+        (default), True (every size no table measured) or "unmeasured" (only where no table speaks);
+        seeded by ``PYTHON_NATIVE_BENCHMARK`` (see docs/benchmarks.md)."""
+        return calibration.benchmark()
+
+    @benchmark.setter
+    def benchmark(self, value: bool | str) -> None:
+        refuse_if_frozen("pn.benchmark", f"pn.benchmark_set({value!r})")
+        calibration.set_benchmark(value)
 
     def __reduce__(self) -> tuple:
         """``pn`` pickles by reference: unpickling imports it (one panel per process)."""

@@ -116,7 +116,7 @@ def _order_of(o) -> dict:
     return {
         "order": order,
         "slot_overrides": len(peers),
-        "calibrated": getattr(o.routed_cond, "calibrated_dsl", None) == o.dsl,
+        "calibrated": getattr(calibration.gate_of(o.routed_cond), "dsl", None) == o.dsl,
     }
 
 

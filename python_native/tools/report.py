@@ -85,6 +85,12 @@ def render(data: dict) -> str:
         lines += _wrapped(f"why: {f['why']}")
         if f.get("error"):
             lines += _wrapped(f"error: {f['error']}")
+        replay = f.get("replay")
+        if replay:
+            lines += _wrapped(f"replay: {'on' if replay['on'] else 'off'} ({replay['why']})")
+            served = sum(s.get("replayed", 0) + s.get("fallbacks", 0) for s in replay.get("slots", {}).values())
+            if replay["on"]:
+                lines += _wrapped(f"replayed calls so far: {served}, over {len(replay.get('slots', {}))} slots that replay")
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
         lines += calibration_lines(data["calibration"])
@@ -144,8 +150,11 @@ def _device_lines(d: dict, detail: bool) -> list[str]:
             assumed = f", assumed for {', '.join(g['assumed'])}" if g.get("assumed") else ""
             props = ", ".join(f"{k} {v:g}" for k, v in g["properties"].items())
             sources.append(f"the portable policy ({props}{assumed}; +{g['margin_buckets']} bucket margin)")
+    if d.get("first_use") or d.get("measuring"):
+        sources.insert(0, "first-use verdicts (pn.benchmark)")
     lines = _wrapped(f"device {d['device']} ({d['seen_by']}): gated by "
                      + ("; then ".join(sources) if sources else "nothing: every cond decides alone"), "  ")
+    lines += _first_use_lines(d, detail)
     for dsl, ops in d["left_out"].items() if detail else ():
         lines += _wrapped(f"left out (never faster here): {dsl} {', '.join(ops)}", "    ")
     first = d["gated_by"][0].get("path", "portable policy") if d["gated_by"] else None
@@ -164,15 +173,37 @@ def _device_lines(d: dict, detail: bool) -> list[str]:
     return lines
 
 
+def _first_use_lines(d: dict, detail: bool) -> list[str]:
+    """What pn.benchmark measured on a device (each verdict with its source, in detail)."""
+    found = d.get("first_use") or []
+    lines = []
+    if d.get("measuring") or found:
+        fires = sum(1 for m in found if m["fires"])
+        doing = "measures sizes no table measured on first use (pn.benchmark); " if d.get("measuring") else ""
+        lines += _wrapped(f"{doing}first-use verdicts: {len(found)} ({fires} where the override fires)", "    ")
+    for m in found if detail else ():
+        lo = max(m["bucket"] - 1, 0)
+        lines += _wrapped(f"first use: {m['dsl']} {m['op']} {m['dtype']} 2^{lo}..2^{m['bucket']} elements, "
+                          f"{m['rows']} rows: {'the override' if m['fires'] else 'aten'} ({m['source']})", "      ")
+    return lines
+
+
 def calibration_lines(info: dict, detail: bool = False) -> list[str]:
     """The calibration section: tables found (and skipped, with the fix), and per device what gates it."""
     lines = [f"  mode: {info.get('mode', '?')}; tables from {info.get('source', '?')}; user tables in {info.get('user_dir')}"]
     if info.get("error"):
         lines += _wrapped(f"could not be described: {info['error']}")
+    bench = info.get("benchmark") or {}
+    if bench.get("mode") or detail and bench:
+        lines += _wrapped(f"pn.benchmark: {bench['mode']!r} (seeded by {bench['variable']}); a first use times "
+                          f"override against aten for at most {bench['budget_ms']:g} ms", "  ")
     lines.append(f"  tables found: {len(info['tables'])}")
     for t in info["tables"]:
         lines += _wrapped(f"{t['device']}: {t.get('rows', '?')} rows, {_versions(t)} ({t['origin']}: {t['path']}); "
                           f"{t.get('use', '')}", "    ")
+        if t.get("stale"):
+            lines += _wrapped(f"stale (timed with other kernels than these, so unmeasured): {', '.join(t['stale'])}",
+                              "      ")
     for s in info["skipped"]:
         lines += _wrapped(f"skipped {s['path']} ({s['origin']}): {s['reason']}", "    ")
         lines += _wrapped(f"fix: {s['fix']}", "      ")
@@ -190,6 +221,8 @@ def calibration_lines(info: dict, detail: bool = False) -> list[str]:
         lines.append(f"  in force here: {info['in_force']}")
     elif any(d["device"] == info.get("device") and d["gated_by"] for d in info["devices"]):
         lines += _wrapped(f"in force here: the portable policy (device {info['device']})", "  ")
+    elif any(d["device"] == info.get("device") and (d.get("first_use") or d.get("measuring")) for d in info["devices"]):
+        lines += _wrapped(f"in force here: first-use verdicts (device {info['device']})", "  ")
     else:
         device = info.get("device") or "not known until a kernel runs on the GPU"
         lines += _wrapped(f"in force here: none (device {device}); every cond decides alone, as uncalibrated", "  ")

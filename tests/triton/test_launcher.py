@@ -15,7 +15,8 @@ from triton_testing import DEVICE, make, requires_triton, seeded  # noqa: F401
 
 import python_native as pn
 import python_native_dsls.triton as backend
-from python_native_dsls.triton.kernels import launch
+from python_native.foundations import launches
+from python_native_dsls.triton.kernels import compiled_kernels, launch, launch_sim
 
 pytestmark = requires_triton
 
@@ -37,7 +38,7 @@ def test_stubbed_launch_runs_the_routed_path_but_not_the_kernel():
 
 class stubbed_launches_and_trace:
     def __enter__(self):
-        self._stub = launch.stubbed_launches()
+        self._stub = launch_sim.stubbed_launches()
         self._trace = pn.trace()
         return self._stub.__enter__(), self._trace.__enter__()
 
@@ -93,7 +94,7 @@ def test_interpreter_launches_from_many_threads():
 
 def test_spec_key_follows_what_triton_specializes_on():
     base = torch.empty(64)
-    key = launch._spec_key
+    key = launch.spec_key
     assert key((base, 5)) == key((torch.empty(64), 7))
     assert key((base, 5)) != key((base[1:], 5))  # a pointer no longer 16-byte aligned
     assert key((base, 5)) != key((base.half(), 5))  # dtype
@@ -133,11 +134,11 @@ class _FakeKernel:
 
 @pytest.fixture
 def gpu_like(monkeypatch):
-    """Pretend CPU tensors live on the current CUDA device, to drive the GPU path here."""
-    monkeypatch.setattr(launch, "_INTERPRET", False)
-    monkeypatch.setattr(launch, "_cuda_device_of", lambda args: 0)
-    monkeypatch.setattr(launch, "_current_device", lambda: 0)
-    monkeypatch.setattr(launch, "_raw_stream", lambda index: 1234)
+    """Pretend CPU tensors (device -1) live on the current CUDA device, to drive the GPU path here."""
+    monkeypatch.setattr(launch.STATE, "interpret", False)
+    monkeypatch.setattr(launch.STATE, "not_cuda", -2)
+    monkeypatch.setattr(launch.STATE, "current_device", lambda: -1)
+    monkeypatch.setattr(launch.STATE, "raw_stream", lambda index: 1234)
 
 
 def test_prebound_path_reuses_the_compiled_kernel(gpu_like):
@@ -258,12 +259,12 @@ def test_planned_launch_on_another_device_takes_the_generic_path(gpu_like, monke
     launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
     x = torch.empty(64)
     launcher.planned("p", (1,), (x, 64), 4, True, 128)
-    assert launcher._planned["p"][0] == 0
-    monkeypatch.setattr(launch, "_current_device", lambda: 1)  # the user switched devices
+    assert launcher._planned["p"][0] == -1
+    monkeypatch.setattr(launch.STATE, "current_device", lambda: 1)  # the user switched devices
     entered = []
     monkeypatch.setattr(launch.torch.cuda, "device", lambda index: entered.append(index) or contextlib.nullcontext())
     launcher.planned("p", (1,), (x, 64), 4, True, 128)
-    assert len(kernel.normal) == 2 and not kernel.compiled.calls and entered == [0]
+    assert len(kernel.normal) == 2 and not kernel.compiled.calls and entered == [-1]
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors reach the overrides only where they sit at the CPU key "
@@ -272,13 +273,13 @@ def test_simulated_device_runs_the_routed_gpu_path_on_cpu_tensors():
     from python_native_dsls.triton.kernels.softmax_rows import FWD
 
     x = torch.randn(8, 64)
-    real_launch = launch.Launcher._launch
-    with launch.simulated_device() as names:
+    saved = (launch.STATE.interpret, launch.STATE.not_cuda, launch.STATE.current_device, launch.STATE.launch)
+    with launch_sim.simulated_device() as names:
         torch.softmax(x, -1)  # the first call of a plan: the stand-in for Triton's compile and launch
         torch.softmax(x, -1)  # then the bound launcher, through the plan's fast path
         assert names == ["_softmax_fwd_kernel"] * 2
         assert len(FWD._planned) == 1 and FWD._fast
-    assert launch.Launcher._launch is real_launch
+    assert (launch.STATE.interpret, launch.STATE.not_cuda, launch.STATE.current_device, launch.STATE.launch) == saved
     assert not FWD._planned and not FWD._compiled  # nothing bound inside survives
     assert FWD._fast == (not backend.interpret_mode() and FWD._layout_ok())
 
@@ -297,9 +298,9 @@ class _FakeCudaLauncher:
 
 @pytest.mark.parametrize("version, scratch, direct", [("3.6.0", 0, True), ("3.6.0", 256, False), ("3.9.0", 0, False)])
 def test_bind_calls_the_c_launcher_directly_only_where_its_layout_is_known(monkeypatch, version, scratch, direct):
-    monkeypatch.setattr(launch.triton, "__version__", version)
+    monkeypatch.setattr(compiled_kernels.triton, "__version__", version)
     compiled = types.SimpleNamespace(run=_FakeCudaLauncher(scratch), function=7, packed_metadata=(4, 1, 0))
-    fn, prefix = launch._bind(compiled)
+    fn, prefix = compiled_kernels.bind(compiled)
     if direct:
         assert fn is compiled.run.launch
         assert prefix == (7, False, True, None, None, (4, 1, 0), None, None, None)
@@ -315,12 +316,12 @@ def test_tensor_on_another_device_switches_to_it_for_the_launch(gpu_like, monkey
         entered.append(index)
         yield
 
-    monkeypatch.setattr(launch, "_cuda_device_of", lambda args: 1)
+    monkeypatch.setattr(launch.STATE, "current_device", lambda: 0)  # the tensor (device -1) is elsewhere
     monkeypatch.setattr(launch.torch.cuda, "device", device)
     kernel = _FakeKernel()
     launcher = launch.Launcher(kernel, ("LOG", "BLOCK"))
     launcher((1,), (torch.empty(4), 4), 4, True, 128)
-    assert entered == [1] and len(kernel.normal) == 1
+    assert entered == [-1] and len(kernel.normal) == 1
 
 
 def test_launcher_refuses_a_misdeclared_constexpr_order():
@@ -352,3 +353,64 @@ def test_new_contiguous_allocates_fresh_row_major_outputs():
     assert a.is_contiguous() and a.stride() == (6, 6, 1)
     assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()  # never shared
     assert a.untyped_storage().nbytes() == 4 * 6 * 4  # its own storage, the template's is one element
+
+
+class _Run:
+    """A compiled kernel's launcher: callable, with the fields Triton 3.6's has."""
+
+    def __init__(self, **fields: object) -> None:
+        self.__dict__.update(fields)
+
+    def __call__(self, *args: object) -> None:
+        pass
+
+
+def _compiled_kernel(signature: dict, scratch: int = 0, **run: object) -> types.SimpleNamespace:
+    """Triton 3.6's compiled kernel as ``describe`` reads it: handle, metadata, signature, launcher fields."""
+    fields = {"global_scratch_size": scratch, "profile_scratch_size": 0, "launch_cooperative_grid": False,
+              "launch_pdl": True, **run}
+    return types.SimpleNamespace(function=0xABC, packed_metadata=(4, 2, 1024), src=types.SimpleNamespace(signature=signature),
+                                 run=_Run(**fields))
+
+
+def test_a_described_launch_follows_the_kernel_signature_as_tritons_launcher_does():
+    signature = {"X": "*fp32", "Y": "*fp16", "n": "i32", "big": "i64", "one": "constexpr", "eps": "fp32",
+                 "flag": "u1", "none": "constexpr", "BLOCK": "constexpr"}
+    x, y = torch.empty(4), torch.empty(4, dtype=torch.float16)
+    found = compiled_kernels.describe(_compiled_kernel(signature), (3, 2), (x, y, 7, 2**40, 1, 1e-5, True, None, 128))
+    assert found == launches.Launch(
+        function=0xABC, grid=(6, 2, 1), block=(128, 1, 1), shared=1024, cluster=(2, 1, 1), cooperative=False,
+        pdl=True, params=(("p", x), ("p", y), ("i32", 7), ("i64", 2**40), ("f32", 1e-5), ("u8", 1), ("p", None),
+                          ("p", None)),
+    )
+
+
+@pytest.mark.parametrize("compiled, values, says", [
+    (_compiled_kernel({"X": "*fp32"}, scratch=64), (None,), "scratch memory"),
+    (_compiled_kernel({"X": "*fp32"}, gsan_enabled=True), (None,), "instrumented"),
+    (_compiled_kernel({"X": ("*fp32", "*fp32")}), ((None, None),), "tuple parameter"),
+    (_compiled_kernel({"D": "nvTmaDesc"}), (object(),), "parameter type nvTmaDesc"),
+    (_compiled_kernel({"X": "*fp32"}), (12345,), "a pointer given as int"),
+    (_compiled_kernel({"X": "*fp32", "n": "i32"}), (None,), "1 values for 2 parameters"),
+    (types.SimpleNamespace(function=None), (), "no compiled kernel"),
+])
+def test_a_launch_replay_cannot_repeat_is_refused_with_why(compiled, values, says):
+    assert says in compiled_kernels.describe(compiled, (1,), values)
+
+
+def test_an_unknown_tritons_launches_are_not_described(monkeypatch):
+    monkeypatch.setattr(compiled_kernels.triton, "__version__", "3.5.1")
+    assert "3.5.1" in compiled_kernels.describe(_compiled_kernel({"X": "*fp32"}), (1,), (None,))
+
+
+def test_recording_through_the_interpreter_refuses_and_still_launches():
+    x = make(8, 64, requires_grad=False)
+    with pn.triton.disabled():
+        ref = torch.softmax(x, -1)
+    with launches.recording() as rec:
+        out = torch.softmax(x, -1)
+    torch.testing.assert_close(out, ref)
+    if backend.interpret_mode():
+        assert "_softmax_fwd_kernel launched through the interpreter" in rec.problem and not rec.launches
+    else:
+        assert not rec.problem and len(rec.launches) == 1

@@ -8,25 +8,29 @@ calls its low-level launcher directly, the way ``JITFunction.run`` itself does. 
 (the interpreter, launch hooks, pre-run hooks, a Triton whose compiled kernels lack the expected
 members, a tensor on a device other than the current one) takes the normal path. Under the
 interpreter, which is not thread-safe, launches are serialized.
+
+What the launch path reads that a simulation or a stub changes lives in one object, ``STATE``,
+changed in place (``launch_sim`` holds the stubs and the simulated device). While a thread records
+for replay (``python_native.foundations.launches``), its launches go through Triton's own path and
+each is described for the compiled front (``launch_record``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-import types
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from python_native.foundations import logs
+from python_native.foundations import launches, logs
 
 from ..target import dispatch_key, interpret_mode
+from .compiled_kernels import bind, compiled_usable, declared_params, describe
 
 # Triton's interpreter truncates fp32 -> bf16 where GPUs round to nearest even; under the
 # interpreter the kernels round explicitly so that results match what a GPU produces.
@@ -47,85 +51,57 @@ def cast_out(x, dtype: tl.constexpr):
 # Launching
 
 LaunchStub = Callable[["Launcher", tuple, tuple, int, Sequence[Any]], None]
+LaunchFn = Callable[["Launcher", tuple, tuple, int, tuple], Any]
 
-# A replacement for the final launch (benchmarks measure everything up to it); None launches.
-_launch_stub: LaunchStub | None = None
 # Triton's interpreter keeps global state per launch: concurrent launches corrupt each other.
 _INTERPRETER_LOCK = threading.Lock()
-_INTERPRET = interpret_mode()
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-# What ``_cuda_device_of`` answers for a tensor that is not on a CUDA device (``simulated_device``
-# moves it, so that CPU tensors, whose ``get_device()`` is -1, count as on a device).
-_NOT_CUDA = -1
 _Tensor = torch.Tensor
 # Compiled variants kept per kernel; past this many the table starts over (Triton keeps its own).
 _MAX_VARIANTS = 256
-_LAUNCHERS: weakref.WeakSet[Launcher] = weakref.WeakSet()  # every launcher, for ``simulated_device``
+_RECORDERS = launches.RECORDERS
 
 
-@contextlib.contextmanager
-def stubbed_launches(stub: LaunchStub | None = None) -> Iterator[list[str]]:
-    """Replace every kernel launch with ``stub`` (default: record the kernel name and return).
+class LaunchState:
+    """What every launch reads that stubs and simulations change (``launch_sim``), in one object.
 
-    Everything before the launch still runs: routing, conds, plans, output allocation, argument
-    preparation. Yields the list of recorded kernel names (default stub only).
+    ``stub`` replaces the final launch (benchmarks measure everything up to it; set it through
+    ``set_stub``); ``launch`` replaces Triton's compile-and-launch (``Launcher._launch``);
+    ``not_cuda`` is what a tensor's ``get_device()`` answers when it is not on a CUDA device (a
+    simulation moves it, so that CPU tensors count as on the current device). ``quiet``: no stub is
+    set and no thread records, the one thing a planned launch reads before its fast path.
     """
-    global _launch_stub
-    names: list[str] = []
 
-    def record(launcher: Launcher, grid: tuple, args: tuple, num_warps: int, constexprs: Sequence[Any]) -> None:
-        names.append(launcher.name)
+    __slots__ = ("interpret", "not_cuda", "current_device", "raw_stream", "stub", "launch", "launchers", "quiet")
 
-    previous, _launch_stub = _launch_stub, stub or record
-    try:
-        yield names
-    finally:
-        _launch_stub = previous
+    def __init__(self) -> None:
+        self.interpret = interpret_mode()
+        self.not_cuda = -1
+        self.current_device: Callable[[], int] = (
+            getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+        )
+        self.raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda index: torch.cuda.current_stream(index).cuda_stream
+        )
+        self.stub: LaunchStub | None = None
+        self.quiet = True
+        self.launch: LaunchFn | None = None
+        self.launchers: weakref.WeakSet[Launcher] = weakref.WeakSet()  # every launcher, for simulations
 
+    def set_stub(self, stub: LaunchStub | None) -> None:
+        self.stub = stub
+        self.settle()
 
-@contextlib.contextmanager
-def simulated_device() -> Iterator[list[str]]:
-    """Run the GPU launch path on CPU tensors, Triton's compile and launch replaced by a no-op.
-
-    CPU tensors count as on the current device; a first launch returns a stand-in compiled kernel
-    whose launcher records the kernel's name and returns. Everything else a GPU call does in Python
-    runs as on a GPU: plans, allocations, launch keys, device, hook and alignment checks, the bound
-    launcher's call. Benchmarks time the host path of a hit with it on machines without a GPU.
-    Launchers forget what they bound on entry and on exit. Yields the recorded kernel names.
-    """
-    global _INTERPRET, _NOT_CUDA, _current_device, _raw_stream
-    names: list[str] = []
-    compiled_for: dict[str, Any] = {}
-
-    def fake_launch(launcher: Launcher, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
-        name = launcher.name
-        if name not in compiled_for:
-            compiled_for[name] = types.SimpleNamespace(
-                function=name, packed_metadata=None, run=lambda *call: names.append(name)
-            )
-        names.append(name)
-        return compiled_for[name]
-
-    saved = (_INTERPRET, _NOT_CUDA, _current_device, _raw_stream)
-    real_launch = Launcher._launch
-    launchers = list(_LAUNCHERS)
-    fast = {launcher: launcher._fast for launcher in launchers}
-    _INTERPRET, _NOT_CUDA, _current_device, _raw_stream = False, -2, (lambda: -1), (lambda index: 0)
-    Launcher._launch = fake_launch  # type: ignore[method-assign]
-    for launcher in launchers:
-        launcher._forget_bindings()
-        launcher._fast = launcher._layout_ok()
-    try:
-        yield names
-    finally:
-        _INTERPRET, _NOT_CUDA, _current_device, _raw_stream = saved
-        Launcher._launch = real_launch  # type: ignore[method-assign]
-        for launcher in launchers:
-            launcher._forget_bindings()
-            launcher._fast = fast[launcher]
+    def settle(self) -> None:
+        """``quiet`` again, after a stub or a thread's recording came or went."""
+        self.quiet = self.stub is None and not _RECORDERS.threads
 
 
-def _spec_key(args: tuple) -> tuple:
+STATE = LaunchState()
+launches.on_recording_change(STATE.settle)
+
+
+def spec_key(args: tuple) -> tuple:
     """What Triton specializes a runtime argument on, for every argument (see module docstring).
 
     Ints key as a small code (1: equal to 1; 2: a multiple of 16; 0: neither; +3 outside int32),
@@ -150,12 +126,6 @@ def _spec_key(args: tuple) -> tuple:
     return tuple(key)
 
 
-_current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream
-)
-
-
 class Launcher:
     """One ``@triton.jit`` kernel with its constexpr parameter names (the trailing parameters).
 
@@ -171,7 +141,7 @@ class Launcher:
     def __init__(self, kernel: Any, constexprs: Sequence[str], fresh: Sequence[str] = (), op: str | None = None) -> None:
         self.kernel = kernel
         self.constexprs = tuple(constexprs)
-        self._params = _declared_params(kernel)
+        self._params = declared_params(kernel)
         names = [name for name, _ in self._params or ()]
         unknown = [name for name in fresh if name not in names]
         if unknown:
@@ -183,10 +153,10 @@ class Launcher:
         self._compiled: dict[tuple, Any] = {}
         # plan -> (device, launch, prefix, positions of the tensors whose alignment each call checks)
         self._planned: dict[Any, tuple] = {}
-        self._fast = not _INTERPRET and self._layout_ok()
+        self._fast = not STATE.interpret and self._layout_ok()
         self._runtime_knobs: Any = None  # triton.knobs.runtime, read once the fast path first runs
         self._verified = False  # a direct launch has succeeded: its errors are real ones
-        _LAUNCHERS.add(self)
+        STATE.launchers.add(self)
 
     def _layout_ok(self) -> bool:
         """The fast path passes runtime args then constexprs: the kernel must declare them so."""
@@ -200,18 +170,22 @@ class Launcher:
         )
 
     def __call__(self, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
-        if _launch_stub is not None:
-            _launch_stub(self, grid, args, num_warps, constexprs)
+        if not STATE.quiet and self._intercepted(grid, args, num_warps, constexprs):
             return
-        if _INTERPRET:
+        self._dispatch(grid, args, num_warps, constexprs)
+
+    def _dispatch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> None:
+        """A launch with nothing intercepting it: the interpreter, Triton's path, or the bound launcher."""
+        state = STATE
+        if state.interpret:
             with _INTERPRETER_LOCK:
                 self._noted_launch(-1, grid, args, num_warps, constexprs)
             return
         device = _cuda_device_of(args)
-        if device == _NOT_CUDA:  # not a CUDA tensor: Triton's own path reports it
+        if device == state.not_cuda:  # not a CUDA tensor: Triton's own path reports it
             self._launch(grid, args, num_warps, constexprs)
             return
-        if device != _current_device():
+        if device != state.current_device():
             # Triton launches on the current device; switch only when the tensor is elsewhere.
             with torch.cuda.device(device):
                 self._noted_launch(device, grid, args, num_warps, constexprs)
@@ -219,16 +193,16 @@ class Launcher:
         if not self._fast:
             self._noted_launch(device, grid, args, num_warps, constexprs)
             return
-        key = (device, constexprs, num_warps, _spec_key(args))
+        key = (device, constexprs, num_warps, spec_key(args))
         bound = self._compiled.get(key)
         if bound is not None and self._hooks_idle():
             self._launch_bound(bound[0], bound[1], device, grid, args, num_warps, constexprs)
             return
         compiled = self._noted_launch(device, grid, args, num_warps, constexprs)
-        if _compiled_usable(compiled):
+        if compiled_usable(compiled):
             if len(self._compiled) >= _MAX_VARIANTS:
                 self._compiled.clear()
-            self._compiled[key] = _bind(compiled)
+            self._compiled[key] = bind(compiled)
 
     def planned(self, plan: Any, grid: tuple, args: tuple, num_warps: int, *constexprs: Any) -> None:
         """``self(grid, args, num_warps, *constexprs)`` for callers that hold a plan key.
@@ -241,29 +215,30 @@ class Launcher:
         another device, a misaligned pointer, hooks) goes through ``__call__``.
         """
         entry = self._planned.get(plan)
-        if entry is not None and _launch_stub is None:
+        state = STATE
+        if entry is not None and state.quiet:
             device, launch, prefix, pointers = entry
-            if args[0].get_device() == device and _current_device() == device and self._hooks_idle():
+            if args[0].get_device() == device and state.current_device() == device and self._hooks_idle():
                 for i in pointers:
                     if args[i].data_ptr() & 15:
                         break
                 else:
                     if len(grid) == 1 and self._verified:  # the common case, without a frame of its own
-                        launch(grid[0], 1, 1, _raw_stream(device), *prefix, *args, *constexprs)
+                        launch(grid[0], 1, 1, state.raw_stream(device), *prefix, *args, *constexprs)
                     else:
                         self._launch_bound(launch, prefix, device, grid, args, num_warps, constexprs)
                     return
         self._planned_slow(plan, grid, args, num_warps, constexprs)
 
     def _planned_slow(self, plan: Any, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> None:
-        """A planned call off the fast path: stubbed, interpreted, first of its plan, or unusual."""
-        if _launch_stub is not None:
-            _launch_stub(self, grid, args, num_warps, constexprs)
+        """A planned call off the fast path: stubbed, recorded, interpreted, first of its plan, or unusual."""
+        state = STATE
+        if not state.quiet and self._intercepted(grid, args, num_warps, constexprs):
             return
-        self(grid, args, num_warps, *constexprs)
-        if not _INTERPRET and self._fast:
+        self._dispatch(grid, args, num_warps, constexprs)
+        if not state.interpret and self._fast:
             device = _cuda_device_of(args)
-            if device != _NOT_CUDA and device == _current_device():
+            if device != state.not_cuda and device == state.current_device():
                 self._remember_plan(device, plan, args, num_warps, constexprs)
 
     def _launch_bound(
@@ -272,10 +247,11 @@ class Launcher:
     ) -> None:
         """Call a bound launcher; if it rejects its very first call, fall back to Triton's path for good."""
         try:
+            stream = STATE.raw_stream(device)
             if len(grid) == 1:
-                launch(grid[0], 1, 1, _raw_stream(device), *prefix, *args, *constexprs)
+                launch(grid[0], 1, 1, stream, *prefix, *args, *constexprs)
             else:
-                launch(*grid, *(1,) * (3 - len(grid)), _raw_stream(device), *prefix, *args, *constexprs)
+                launch(*grid, *(1,) * (3 - len(grid)), stream, *prefix, *args, *constexprs)
         except (TypeError, ValueError):
             if self._verified:
                 raise
@@ -305,7 +281,7 @@ class Launcher:
                     return
                 if i not in self._fresh:
                     pointers.append(i)
-        bound = self._compiled.get((device, constexprs, num_warps, _spec_key(args)))
+        bound = self._compiled.get((device, constexprs, num_warps, spec_key(args)))
         if bound is not None and self._hooks_idle():
             if len(self._planned) >= _MAX_VARIANTS:
                 self._planned.clear()
@@ -340,30 +316,55 @@ class Launcher:
         if logs.compile_logging():
             seconds = time.perf_counter() - start
             detail = ", ".join(f"{k}={v}" for k, v in zip(self.constexprs, constexprs, strict=True))
-            detail += f", num_warps={num_warps}" + (", interpreted" if _INTERPRET else "")
+            detail += f", num_warps={num_warps}" + (", interpreted" if STATE.interpret else "")
             logs.kernel_compiled("triton", self.op, dispatch_key(), seconds, self.name, detail=detail)
         return compiled
 
     def _launch(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
-        """Triton's own launch path; returns what it returns (the compiled kernel on GPU)."""
+        """Triton's own launch path (or a simulation's stand-in for it); returns what it returns
+        (the compiled kernel on GPU)."""
+        replacement = STATE.launch
+        if replacement is not None:
+            return replacement(self, grid, args, num_warps, constexprs)
         return self.kernel[grid](*args, num_warps=num_warps, **dict(zip(self.constexprs, constexprs, strict=True)))
 
+    # ----- stubs and recordings -----
 
-def _declared_params(kernel: Any) -> list[tuple[str, bool]] | None:
-    """``(name, is_constexpr)`` per parameter of a ``@triton.jit`` kernel (also an interpreted one,
-    which keeps only its Python function), or None when they cannot be told."""
-    params = getattr(kernel, "params", None)
-    if params is not None:
-        return [(p.name, bool(p.is_constexpr)) for p in params]
-    fn = getattr(kernel, "fn", None)
-    if fn is None:
-        return None
-    import inspect
+    def _intercepted(self, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> bool:
+        """Hand the launch to the stub, or launch and record it where this thread records; False
+        when neither applies (another thread records: this launch goes its usual way)."""
+        stub = STATE.stub
+        if stub is not None:
+            stub(self, grid, args, num_warps, constexprs)
+            return True
+        recording = launches.current()
+        if recording is None:
+            return False
+        self._recorded(recording, grid, args, num_warps, constexprs)
+        return True
 
-    return [
-        (name, p.annotation is tl.constexpr or str(p.annotation).endswith("constexpr"))
-        for name, p in inspect.signature(fn).parameters.items()
-    ]
+    def _recorded(self, recording: launches.Recording, grid: tuple, args: tuple, num_warps: int,
+                  constexprs: tuple) -> None:
+        """Launch through Triton's own path (which hands back the compiled kernel) and describe it."""
+        state = STATE
+        device = _cuda_device_of(args)
+        why = ("through the interpreter" if state.interpret else "off the GPU" if device == state.not_cuda
+               else "with launch hooks installed" if not self._hooks_idle()
+               else "" if self._layout_ok() else "with constexprs not declared last")
+        if why:
+            recording.refuse(f"{self.name} launched {why}")
+            self._dispatch(grid, args, num_warps, constexprs)
+            return
+        if device != state.current_device():
+            with torch.cuda.device(device):
+                compiled = self._noted_launch(device, grid, args, num_warps, constexprs)
+        else:
+            compiled = self._noted_launch(device, grid, args, num_warps, constexprs)
+        found = describe(compiled, grid, (*args, *constexprs))
+        if isinstance(found, str):
+            recording.refuse(f"{self.name}: {found}")
+        else:
+            recording.add(found, keep=compiled)
 
 
 def _cuda_device_of(args: tuple) -> int:
@@ -372,38 +373,3 @@ def _cuda_device_of(args: tuple) -> int:
     if first.__class__ is _Tensor or isinstance(first, _Tensor):
         return first.get_device()  # -1 for CPU tensors
     return -1
-
-
-# Triton versions whose CUDA launcher object is known field by field: for them a launch calls the
-# compiled C launcher directly, skipping the Python ``__call__`` that only allocates scratch
-# buffers (none for these kernels). Other versions go through ``compiled.run``.
-_DIRECT_LAUNCH_VERSIONS = ("3.6.",)
-
-
-def _bind(compiled: Any) -> tuple[Callable[..., Any], tuple]:
-    """``(launch, prefix)`` for a compiled kernel: a launch is
-    ``launch(grid_x, grid_y, grid_z, stream, *prefix, *args, *constexprs)``."""
-    run = compiled.run
-    hooks = (compiled.packed_metadata, None, None, None)  # launch metadata, enter hook, exit hook: none
-    if (
-        triton.__version__.startswith(_DIRECT_LAUNCH_VERSIONS)
-        and callable(getattr(run, "launch", None))
-        and getattr(run, "global_scratch_size", None) == 0
-        and getattr(run, "profile_scratch_size", None) == 0
-        and hasattr(run, "launch_cooperative_grid")
-        and hasattr(run, "launch_pdl")
-    ):
-        return run.launch, (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None, *hooks)
-    return run, (compiled.function, *hooks)
-
-
-def _compiled_usable(compiled: Any) -> bool:
-    """A compiled kernel, loaded by its first launch, whose launcher the fast path knows how to
-    call (Triton 3.6 and later: ``run``, ``function``, ``packed_metadata``; not a pending future)."""
-    return (
-        compiled is not None
-        and not hasattr(compiled, "result")
-        and getattr(compiled, "function", None) is not None
-        and hasattr(compiled, "packed_metadata")
-        and callable(getattr(compiled, "run", None))
-    )

@@ -8,10 +8,16 @@ folder of them to use instead (``off``: no gate at all; ``portable``: the portab
 A GPU no table covers is gated by the portable policy, derived from the shipped tables and scaled
 by what the GPU has (``portable``).
 
+``pn.benchmark`` (``first_use``; ``PYTHON_NATIVE_BENCHMARK`` seeds it) measures, on a GPU, each
+(op, dtype, size bucket, width class) no table measured, on the first call that meets it, and
+keeps the verdict in the user's table. A table records the kernel version of each op it timed
+(``versions``): rows of other kernels count as unmeasured.
+
 Modules: ``tables`` (the format, validation, verdicts), ``sources`` (where tables come from,
-precedence, version drift), ``store`` (the user's tables: atomic writes, deletion), ``portable``
-(the policy), ``resolve`` (what gates each device), ``gates`` (the gate around a cond),
-``summary`` (what the status report shows).
+precedence, version drift), ``fresh`` (what a table's rows are worth now), ``versions`` (kernel
+source versions), ``store`` (the user's tables: atomic writes, deletion), ``portable`` (the
+policy), ``resolve`` (what gates each device), ``gates`` (the gate around a cond), ``first_use``
+and ``measure`` (``pn.benchmark``), ``summary`` (what the status report shows).
 
 Nothing is read at import: files are listed and parsed on first use, and the device key of a CUDA
 tensor is asked of torch the first time a gated cond sees that device index (CUDA is initialised
@@ -25,9 +31,23 @@ from collections.abc import Callable
 from typing import Any
 
 from python_native.core import extensions
-from python_native.features.calibration import gates, portable, resolve, sources, store, summary, tables
+from python_native.features.calibration import (
+    first_use,
+    fresh,
+    gates,
+    measure,
+    portable,
+    resolve,
+    sources,
+    store,
+    summary,
+    tables,
+    versions,
+)
 from python_native.features.calibration.gates import (
+    Gate,
     forget_gate,
+    gate_of,
     gate_override,
     gated,
     gated_dsls,
@@ -48,6 +68,7 @@ from python_native.features.calibration.tables import (
     MAX_BUCKET,
     WIDE_ROW,
     Verdicts,
+    cell_of,
     confirm_wins,
     load,
     size_bucket,
@@ -60,11 +81,13 @@ _verdicts = tables.verdicts  # the verdicts of a list of rows (tests build them 
 
 __all__ = [
     "DEFAULT_DSL", "ENV_VAR", "FORMAT", "MAX_BUCKET", "OFF", "PACKAGED_DIR", "PORTABLE", "WIDE_ROW",
-    "CalibrationDriftWarning", "Verdicts", "confirm_wins", "describe", "device_key", "faster_rivals",
-    "forget_gate", "gate_override", "gated", "gated_dsls", "gates_needed", "has_evidence", "is_gated", "leave_out", "left_out",
-    "load", "never_wins", "reset", "save_table", "set_device_key_fn", "size_bucket", "suspended",
-    "table_filename", "validate", "width_class", "wins",
-    "gates", "portable", "resolve", "sources", "store", "summary", "tables",  # the modules
+    "CalibrationDriftWarning", "Gate", "Verdicts", "benchmark", "benchmark_set", "cell_of", "confirm_wins", "declare_kernels",
+    "describe", "device_key", "faster_rivals", "forget_gate", "gate_of", "gate_override", "gated", "gated_dsls",
+    "gates_needed", "has_evidence", "is_gated", "leave_out", "left_out", "load", "never_wins", "reset",
+    "save_table", "set_benchmark", "set_device_key_fn", "size_bucket", "suspended", "table_filename", "validate",
+    "width_class", "wins",
+    "first_use", "fresh", "gates", "measure", "portable", "resolve", "sources", "store", "summary", "tables",
+    "versions",  # the modules
 ]
 
 
@@ -87,12 +110,49 @@ def save_table(table: dict[str, Any], path: Any = None) -> Any:
     return written
 
 
+def benchmark() -> bool | str:
+    """``pn.benchmark``: False, True (measure on first use every size no table measured) or
+    ``"unmeasured"`` (only where no table speaks); see ``first_use``."""
+    return first_use.mode()
+
+
+def set_benchmark(value: Any) -> None:
+    """Set ``pn.benchmark`` (a bad value raises ``ValueError`` naming the allowed ones); the gates
+    read their verdicts again, and a compiled front its masks. Switched on, it gates the installed
+    overrides no source spoke for (switched off, those gates go again); op families left out at
+    import as unmeasured need ``PYTHON_NATIVE_BENCHMARK`` set before it (they install at import only)."""
+    if first_use.set_mode(value):
+        gates.reread()
+        gates.regate()  # overrides nothing else speaks for are gated while it measures, and only then
+
+
+class benchmark_set:  # noqa: N801  (used like a function: ``with pn.benchmark_set(True):``)
+    """Context manager: ``pn.benchmark`` is ``value`` inside the block, the previous value after."""
+
+    def __init__(self, value: Any) -> None:
+        first_use.check(value)
+        self.value, self._previous = value, []
+
+    def __enter__(self) -> None:
+        self._previous.append(first_use.mode())
+        set_benchmark(self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        set_benchmark(self._previous.pop())
+
+
+def declare_kernels(dsl: str, ops: Any) -> None:
+    """A backend's ``(op, impl)`` pairs: each op's kernel version is read from its impl's sources
+    (``versions``), so that tables timed with other kernels count as unmeasured for it."""
+    versions.declare(dsl, ops)
+
+
 def _verdict(op: str, dtype: str, bucket: int, device: str | None, dsl: str, last_dim: int | None) -> Any:
     if device is None:
         device = resolve.running_device_key()
     if gates._suspended or device is None:
         return None
-    found = resolve.resolution(device).verdicts(dsl, op, dtype)
+    found = resolve.resolution(device).verdicts(dsl, op, dtype, measuring=False)
     return None if found is None else found[2 * min(max(bucket, 0), MAX_BUCKET) + width_class(last_dim)]
 
 
@@ -113,5 +173,19 @@ def faster_rivals(op: str, dtype: str, bucket: int, device: str | None = None, d
     return verdict if isinstance(verdict, tuple) else ()
 
 
+def _masks_of(cond: Any) -> Callable[[str], dict[str, tuple[int, int]] | None] | None:
+    """For a compiled front: a gate's decline masks for the calls a dispatch key serves."""
+    found = gate_of(cond)
+    if found is None:
+        return None
+
+    def at(dispatch_key: str) -> dict[str, tuple[int, int]] | None:
+        device = resolve.device_at(dispatch_key)
+        return found.decline_masks(device) if device is not None else None
+
+    return at
+
+
 extensions.wrap_conds(gate_override)
 extensions.on_override_removed(gates.forget_removed)
+extensions.declare_call_gates(extensions.CallGates(WIDE_ROW, _masks_of))

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from python_native.features.calibration import portable, sources, tables
+from python_native.features.calibration import first_use, portable, sources, tables, versions
 from python_native.features.calibration.sources import OFF, Catalog, Table
 from python_native.foundations import env, nvml
 
@@ -26,15 +26,51 @@ _device_key_fn: Callable[[Any], str] | None = None
 
 
 class Resolution:
-    """The sources that gate one device, strongest first."""
+    """The sources that gate one device, strongest first, and what this process learned on it."""
 
-    def __init__(self, device: str, found: list[Table], policy: portable.Policy | None):
+    def __init__(self, device: str, found: list[Table], policy: portable.Policy | None, catalog_mode: str = "tables"):
         self.device, self.tables, self.policy = device, found, policy
+        self.catalog_mode = catalog_mode
+        self._overlaid: dict[tuple[str, str, str, bool], tuple[tuple[int, int], tables.Verdicts | None]] = {}
 
-    def verdicts(self, dsl: str, op: str, dtype: str) -> tables.Verdicts | None:
-        return self.source_and_verdicts(dsl, op, dtype)[1]
+    def measuring(self) -> bool:
+        """Whether cells no table measured are measured on first use here (``pn.benchmark``)."""
+        return first_use.active_for(self.device, self.catalog_mode)
+
+    def verdicts(self, dsl: str, op: str, dtype: str, measuring: bool = True) -> tables.Verdicts | None:
+        """Per cell: first-use verdicts (this process's, then the tables'), ``first_use.MEASURE`` where
+        ``pn.benchmark`` measures (unless ``measuring`` is False: the verdict that stands), then the
+        tables' and the policy's. None where nothing speaks and nothing is measured."""
+        key, stamp = (dsl, op, dtype, measuring), (first_use.generation, versions.generation)
+        hit = self._overlaid.get(key)
+        if hit is None or hit[0] != stamp:
+            hit = self._overlaid[key] = (stamp, self._overlay(dsl, op, dtype, measuring))
+        return hit[1]
+
+    def _overlay(self, dsl: str, op: str, dtype: str, measuring: bool) -> tables.Verdicts | None:
+        base = self.source_and_verdicts(dsl, op, dtype)[1]
+        known = self._first_uses(dsl, op, dtype)
+        measure = measuring and self.measuring()
+        if not known and not measure:
+            return base
+        covered: set[int] | range = set()
+        if measure and first_use.mode() is True:
+            covered = set().union(*(t.fresh.exact.get((dsl, op, dtype), ()) for t in self.tables))
+        elif measure and any(t.verdicts(op, dtype, dsl) is not None for t in self.tables):
+            covered = range(_SPAN)  # "unmeasured": a table speaks for the op and dtype
+        out: list[Any] = []
+        for cell in range(_SPAN):
+            if cell in known:
+                out.append(() if known[cell] else False)
+            elif measure and cell not in covered:
+                out.append(first_use.MEASURE)
+            else:
+                out.append(base[cell] if base is not None else False)  # measured elsewhere only: declined
+        return tuple(out)
 
     def source_and_verdicts(self, dsl: str, op: str, dtype: str) -> tuple[Any, tables.Verdicts | None]:
+        """The first source with verdicts for (dsl, op, dtype) (a table's calibration rows, then the
+        policy), and those verdicts; first-use verdicts are laid over them by ``verdicts``."""
         for table in self.tables:
             found = table.verdicts(op, dtype, dsl)
             if found is not None:
@@ -48,28 +84,50 @@ class Resolution:
     def ops(self) -> set[tuple[str, str]]:
         """Every (dsl, op) some source of this device speaks for."""
         found = {(dsl, op) for t in self.tables for (op, dtype) in t.groups for dsl in t.dsls(op, dtype)}
+        found |= {(dsl, op) for t in self.tables for (dsl, op, _) in t.fresh.first_use}
+        found |= first_use.learned_ops(self.device)
         return found | (set(self.policy.cells) if self.policy is not None else set())
 
     def dtypes(self, dsl: str, op: str) -> set[str]:
         found = {dtype for t in self.tables for (o, dtype) in t.groups if o == op and dsl in t.dsls(o, dtype)}
+        found |= {dtype for t in self.tables for (d, o, dtype) in t.fresh.first_use if (d, o) == (dsl, op)}
+        found |= first_use.learned_dtypes(self.device, dsl, op)
         if self.policy is not None:
             found |= set(self.policy.cells.get((dsl, op), {}))
         return found
 
     def speaks_for(self, dsl: str, op: str) -> bool:
-        return bool(self.dtypes(dsl, op))
+        """Some source has verdicts for ``dsl``'s ``op`` here, or ``pn.benchmark`` will measure it."""
+        return self.measuring() or bool(self.dtypes(dsl, op))
 
     def never_wins(self, dsl: str, op: str) -> bool:
-        """Some source speaks for the op here, and for every dtype the source that decides it loses everywhere."""
+        """Some source speaks for the op here, and for every dtype the source that decides it loses
+        everywhere (never while ``pn.benchmark`` measures here: a first use may find a win)."""
+        if self.measuring():
+            return False
         dtypes = self.dtypes(dsl, op)
         return bool(dtypes) and all(self._loses(dsl, op, dtype) for dtype in dtypes)
 
     def _loses(self, dsl: str, op: str, dtype: str) -> bool:
+        known = self._first_uses(dsl, op, dtype)
+        if any(known.values()):
+            return False
         for table in self.tables:
             if dsl in table.dsls(op, dtype):
                 return table.loses_everywhere(op, dtype, dsl)
         found = self.policy.verdicts(dsl, op, dtype) if self.policy is not None else None
-        return found is not None and all(v is False for v in found)
+        return all(v is False for v in found) if found is not None else bool(known)
+
+    def _first_uses(self, dsl: str, op: str, dtype: str) -> dict[int, bool]:
+        """Cell -> won of the first-use verdicts for (dsl, op, dtype): this process's over the tables'."""
+        known: dict[int, bool] = {}
+        for table in reversed(self.tables):  # the strongest table last: its cells stay
+            known.update(table.fresh.first_use.get((dsl, op, dtype), {}))
+        known.update(first_use.learned(self.device, dsl, op, dtype))
+        return known
+
+
+_SPAN = 2 * (tables.MAX_BUCKET + 1)
 
 
 def catalog() -> Catalog:
@@ -116,14 +174,14 @@ def resolution(device_key: str, warn: bool = True) -> Resolution:
 def _build(device_key: str) -> Resolution:
     cat = catalog()
     if cat.mode == OFF:
-        return Resolution(device_key, [], None)
+        return Resolution(device_key, [], None, cat.mode)
     policy = None
     if sources.is_gpu_key(device_key):
         found, _ = evidence()
         if found:
             props = None if device_key == UNKNOWN_GPU else nvml.properties(device_key)
             policy = portable.Policy(found, device_key, props)
-    return Resolution(device_key, cat.tables_for(device_key), policy)
+    return Resolution(device_key, cat.tables_for(device_key), policy, cat.mode)
 
 
 def devices_at(dispatch_key: str) -> list[Resolution]:
@@ -143,6 +201,17 @@ def devices_at(dispatch_key: str) -> list[Resolution]:
     if keys is not None:
         return [resolution(k) for k in sorted(keys)]
     return [resolution(k, warn=False) for k in sorted(catalog().table_devices())] + [resolution(UNKNOWN_GPU)]
+
+
+def device_at(dispatch_key: str) -> str | None:
+    """The device key of every call ``dispatch_key`` serves, where there is one: this process's CPU
+    device at the CPU key, the one GPU model NVML lists at the CUDA key; None where it can differ."""
+    if dispatch_key == "CPU":
+        return device_key("cpu")
+    if dispatch_key == "CUDA":
+        keys = nvml.device_keys()
+        return next(iter(keys)) if keys is not None and len(keys) == 1 else None
+    return None
 
 
 def device_key(device: Any) -> str:

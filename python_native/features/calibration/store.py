@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +93,21 @@ def delete_user_tables(device_key: str | None = None) -> list[Path]:
                 path.unlink()
                 removed.append(path)
     return removed
+
+
+def update_user_table(filename: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Read the user's table ``filename`` (None where there is none), let ``change`` return the table
+    to write (None: write nothing), and write it, all under the folder's lock: processes adding rows
+    at once (the ranks of a job, each on first use) never lose each other's. A file that is not a
+    valid table raises ``ValueError`` and is left as it is. Returns the table as it stands after."""
+    folder = sources.user_dir()
+    path = folder / filename
+    _make_folder(folder, True)  # ours, writable by nobody else (or refused), as the readers require
+    with _locked(folder):
+        current = tables.load(path) if path.is_file() else None
+        fresh = change(current)
+        if fresh is None:
+            return current
+        tables.validate(fresh, "the table to write")
+        write_atomically(path, json.dumps(fresh, indent=1) + "\n", lock=False)
+        return fresh

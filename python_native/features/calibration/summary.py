@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from python_native.features.calibration import gates, portable, resolve, sources, tables
+from python_native.features.calibration import first_use, gates, measure, portable, resolve, sources, tables
 from python_native.foundations import nvml
 
 
@@ -26,16 +26,37 @@ def _source_name(source: Any) -> str:
     return "portable policy" if isinstance(source, portable.Policy) else getattr(source, "path", "?")
 
 
+def first_uses(found: resolve.Resolution) -> list[dict[str, Any]]:
+    """Every first-use verdict in force for a device, with where it comes from (a table's path, or
+    ``"this process"``), strongest first per cell."""
+    out, seen = [], set()
+    learned = [("this process", (found.device, dsl, op, dtype), cells)
+               for (dsl, op) in sorted(first_use.learned_ops(found.device))
+               for dtype in sorted(first_use.learned_dtypes(found.device, dsl, op))
+               for cells in [first_use.learned(found.device, dsl, op, dtype)]]
+    in_tables = [(t.path, (found.device, *key), cells) for t in found.tables for key, cells in t.fresh.first_use.items()]
+    for source, (_, dsl, op, dtype), cells in learned + in_tables:
+        for cell, won in sorted(cells.items()):
+            if (dsl, op, dtype, cell) not in seen:
+                seen.add((dsl, op, dtype, cell))
+                out.append({"dsl": dsl, "op": op, "dtype": dtype, "bucket": cell // 2,
+                            "rows": "wide" if cell % 2 else "narrow", "fires": won, "source": source})
+    return out
+
+
 def _device(key: str, seen_by: str) -> dict[str, Any]:
     found = resolve.resolution(key)
     thresholds: dict[str, dict[str, dict[str, Any]]] = {}
+    measured = first_uses(found)
     for dsl, op in sorted(found.ops()):
         per_dtype = thresholds.setdefault(dsl, {}).setdefault(op, {})
         for dtype in sorted(found.dtypes(dsl, op)):
-            source, verdicts = found.source_and_verdicts(dsl, op, dtype)
+            source = found.source_and_verdicts(dsl, op, dtype)[0]
+            verdicts = found.verdicts(dsl, op, dtype, measuring=False)
             if verdicts is not None:
-                per_dtype[dtype] = {"narrow": ranges(verdicts, 0), "wide": ranges(verdicts, 1),
-                                    "source": _source_name(source)}
+                mine = any((m["dsl"], m["op"], m["dtype"]) == (dsl, op, dtype) for m in measured)
+                name = " and ".join(n for n in (_source_name(source) if source else "", "first use" if mine else "") if n)
+                per_dtype[dtype] = {"narrow": ranges(verdicts, 0), "wide": ranges(verdicts, 1), "source": name}
     gated_by: list[dict[str, Any]] = [{"kind": "table", **t.info()} for t in found.tables]
     if found.policy is not None and found.policy.cells:
         gated_by.append(found.policy.describe())
@@ -46,6 +67,8 @@ def _device(key: str, seen_by: str) -> dict[str, Any]:
         "left_out": {dsl: ops for dsl in sorted({d for d, _ in found.ops()})
                      if (ops := sorted(op for d, op in found.ops() if d == dsl and found.never_wins(dsl, op)))},
         "thresholds": thresholds,
+        "measuring": found.measuring(),
+        "first_use": measured,
     }
 
 
@@ -75,7 +98,7 @@ def describe() -> dict[str, Any]:
     """Which tables are found and which gates each device, for the status report; never raises.
 
     ``{"mode", "source", "user_dir", "tables", "skipped", "devices", "left_out", "portable",
-    "device", "in_force"}``: ``device`` is this process's device key (None while CUDA is not
+    "benchmark", "device", "in_force"}``: ``device`` is this process's device key (None while CUDA is not
     initialised: it is not initialised for a report), ``in_force`` the path of the table gating it
     (None: no table; the portable policy or the conds alone).
     """
@@ -94,6 +117,8 @@ def describe() -> dict[str, Any]:
         info["skipped"] = [s.info() for s in cat.skipped()]
         info["devices"] = devices
         info["left_out"] = gates.left_out()
+        info["benchmark"] = {"mode": first_use.mode(), "variable": first_use.ENV_VAR,
+                             "budget_ms": measure.BUDGET_MS, "threshold": measure.THRESHOLD}
         info["portable"] = {
             "margin_buckets": portable.MARGIN_BUCKETS,
             "assumed_for_unknown_gpus": dict(portable.ASSUMED),

@@ -10,7 +10,15 @@ Size bucket: ``numel.bit_length()`` of the op's first tensor argument (0 for emp
 numel() call and an int bit_length per call, and norms, softmaxes and activations are bandwidth
 bound, so their cost follows the element count. Width class: narrow or wide rows (that argument's
 last dim below or at least ``WIDE_ROW``): row kernels can lose on narrow rows and win on wide ones
-of the same size, so each (bucket, class) has its own verdict.
+of the same size, so each (bucket, class) has its own verdict. ``cell_of`` is that rule for a
+call (a gate's per-call path writes it out with these constants, a test holds the two equal), and
+a compiled front is made with ``WIDE_ROW`` (``extensions.CallGates``).
+
+Two optional fields say what a verdict is worth now: the header's ``kernels`` (per DSL, per op,
+the version of the sources that were timed: ``versions``; a row's own ``kernel`` says it for that
+row; rows of another version count as unmeasured) and a row's ``first_use`` (measured by
+``pn.benchmark`` on a call's own arguments: it speaks for its own (bucket, width class) only,
+never for its neighbours).
 
 Everything read from a file is checked here before it is used: a table that is not an object,
 holds unhashable or mistyped fields, nests too deeply or says ``"wins": "false"`` raises
@@ -46,6 +54,11 @@ def size_bucket(numel: int) -> int:
 def width_class(last_dim: int | None) -> int:
     """0 for narrow rows, 1 for wide ones (``last_dim >= WIDE_ROW``)."""
     return 1 if last_dim is not None and last_dim >= WIDE_ROW else 0
+
+
+def cell_of(t: Any) -> int:
+    """Where a call with first tensor argument ``t`` reads its verdict: ``2 * bucket + width class``."""
+    return 2 * min(t.numel().bit_length(), MAX_BUCKET) + (1 if t.ndim and t.shape[-1] >= WIDE_ROW else 0)
 
 
 def device_slug(device_key: str) -> str:
@@ -92,6 +105,8 @@ _ROW_FIELDS = {  # optional row fields: how each must look
     "override_ms": (lambda v: v is None or _is_number(v), "a number or null"),
     "aten_ms": (lambda v: v is None or _is_number(v), "a number or null"),
     "speedup": (lambda v: v is None or _is_number(v), "a number or null"),
+    "first_use": (lambda v: isinstance(v, bool), "true or false"),
+    "kernel": (_name, "a kernel version string"),
 }
 _HEADER_FIELDS = {
     "torch": (lambda v: v is None or isinstance(v, str), "a version string"),
@@ -103,6 +118,11 @@ _HEADER_FIELDS = {
     "device_properties": (
         lambda v: isinstance(v, dict) and all(_name(k) and _is_number(x) and x > 0 for k, x in v.items()),
         "an object of positive numbers (sm_count, memory_bandwidth_gbps)",
+    ),
+    "kernels": (
+        lambda v: isinstance(v, dict) and all(_name(d) and isinstance(ops, dict) and all(
+            _name(op) and _name(x) for op, x in ops.items()) for d, ops in v.items()),
+        "an object of DSL name -> {op: kernel version string}",
     ),
 }
 
@@ -151,8 +171,10 @@ def _row_is_plain(row: Any) -> bool:
         value = row.get(key)
         if value is not None and (type(value) not in (float, int) or not -_BIG < value < _BIG):
             return False  # also nan and inf
+    first_use, kernel = row.get("first_use", False), row.get("kernel", "-")
     dsl = row.get("dsl", "triton")
-    return type(dsl) is str and bool(dsl.strip())
+    return type(first_use) is bool and type(kernel) is str and bool(kernel.strip()) and type(dsl) is str and bool(
+        dsl.strip())
 
 
 _BIG = float("inf")
@@ -298,9 +320,12 @@ def confirm_wins(rows: list[dict[str, Any]], threshold: float) -> None:
 
 def winning_from(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str, int], int | None]:
     """Per (dsl, op, dtype, width class) with rows of that class: the smallest calibrated bucket
-    from which every larger calibrated bucket won (all its shapes), or None where the largest lost."""
+    from which every larger calibrated bucket won (all its shapes), or None where the largest lost.
+    First-use rows are no calibration run: they are left out."""
     cells: dict[tuple[str, str, str, int], dict[int, bool]] = {}
     for row in rows:
+        if row.get("first_use"):
+            continue
         for wide in row_classes(row):
             cell = cells.setdefault((row.get("dsl", DEFAULT_DSL), row["op"], row["dtype"], wide), {})
             cell[row["bucket"]] = cell.get(row["bucket"], True) and row["wins"] is True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from python_native.core.handles import OverrideHandle
 
 _state = threading.local()  # `busy`: a check is running on this thread (its own ops are not checked)
+_checking: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()  # every checking wrapper alive
 
 
 def impl_for(handle: OverrideHandle, impl: Callable[..., Any]) -> Callable[..., Any]:
@@ -92,7 +94,7 @@ def checking(handle: OverrideHandle, impl: Callable[..., Any]) -> Callable[..., 
             _state.busy = False
 
     checked_impl.__python_native_checked__ = impl  # the wrapped impl, for introspection
-    checked_impl.python_native_sees_every_call = True  # a compiled front must not bypass the check
+    _checking.add(checked_impl)  # a compiled front must not send a call around the check
     return checked_impl
 
 
@@ -105,3 +107,14 @@ def _clone(value: Any) -> Any:
 
 
 extensions.wrap_impls(impl_for)
+def _is_checking(impl: Any) -> bool:
+    """Whether ``impl`` is a checking wrapper (which a compiled front must hand every call)."""
+    if not _checking:  # checked mode off: asked on every refresh, answered at once
+        return False
+    try:
+        return impl in _checking
+    except TypeError:  # an unhashable callable is no wrapper of ours
+        return False
+
+
+extensions.needs_every_call(_is_checking)

@@ -32,13 +32,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FunctionType, ModuleType
+from types import ModuleType
 from typing import Any
 
 from python_native.core import extensions, reclaim
 from python_native.core.registry import REGISTRY
-from python_native.features.front import background, build
-from python_native.foundations import env, nvml
+from python_native.features.front import background, build, replay
+from python_native.foundations import env
 
 log = logging.getLogger("python_native")
 
@@ -66,6 +66,7 @@ class _Front:
         self.applied: dict[Any, tuple] = {}  # slot -> the masks last set (gated mode)
         self.mode_cells: dict[Any, memoryview] = {}  # slot -> its front's mode, as one writable uint32
         self.scalar_types: dict[str, int] = {}
+        self.wide_row = 0  # the gates' wide-row rule the fronts were made with (0: no gates declared)
 
 
 _state = _Front()
@@ -150,6 +151,7 @@ def enable() -> None:
         for slot in list(REGISTRY.slots.values()):
             if slot.library is not None:
                 _registered(slot)
+        replay.decide()
 
 
 def disable() -> None:
@@ -187,18 +189,22 @@ def current() -> str:
 
 
 def _registered(slot: Any) -> None:
+    # The width class is the gates' own rule: their wide-row length goes into every front made.
+    _state.wide_row = extensions.CALL_GATES[0].wide_row if extensions.CALL_GATES else 0
     front = _state.module.Front(
         f"{slot.lib}::{slot.sig.packet}", "" if slot.sig.overload == "default" else slot.sig.overload,
-        slot.dispatch_key, slot.namespace["_pn_fallback"], slot.holder,
+        slot.dispatch_key, slot.namespace["_pn_fallback"], slot.holder, _state.wide_row or 1 << 62,
     )
     front.install()
     _state.fronts[slot] = front
     _state.mode_cells[slot] = front.mode_view().cast("I")
+    replay.track(slot, front)
     _state.applied.pop(slot, None)
     _refreshed(slot)
 
 
 def _unregistering(slot: Any) -> None:
+    replay.untrack(slot)
     cell = _state.mode_cells.pop(slot, None)
     if cell is not None:
         cell.release()  # no write can reach the front once it is let go
@@ -225,16 +231,13 @@ def _refreshed(slot: Any) -> None:
             _state.applied[slot] = masks
     elif cell[0] != mode:
         cell[0] = mode
+    if _REPLAY.on:
+        replay.follow(slot)
 
 
+_REPLAY = replay.STATE
 _PYTHON: tuple[int, tuple] = (-1, ())  # the two decisions without masks, set when a build is attached
 _FALLBACK: tuple[int, tuple] = (-1, ())
-
-
-def _attribute(fn: Any, name: str) -> Any:
-    """``getattr(fn, name, None)``; a plain function's attributes can only be in its ``__dict__``,
-    read without the exception a missing one raises inside ``getattr``."""
-    return fn.__dict__.get(name) if type(fn) is FunctionType else getattr(fn, name, None)
 
 
 def _decide(slot: Any) -> tuple[int, tuple]:
@@ -244,17 +247,14 @@ def _decide(slot: Any) -> tuple[int, tuple]:
         return _PYTHON
     if not slot.active:
         return _FALLBACK
-    device: str | None | bool = False  # looked up once, where the first gate offers masks
     combined: dict[str, list[int]] | None = None
     for o in slot.active:
-        if o.unconditional or _attribute(o.routed_impl, "python_native_sees_every_call"):
+        if o.unconditional or extensions.sees_every_call(o.routed_impl):
             return _PYTHON
-        masks_of = _attribute(o.routed_cond, "decline_masks")
-        if not callable(masks_of):
+        found = extensions.masks_of(o.routed_cond)
+        if found is None or found[0] != _state.wide_row:  # no gate, or one that classifies calls otherwise
             return _PYTHON
-        if device is False:
-            device = _device_key(slot.dispatch_key)
-        masks = masks_of(device) if device is not None else None
+        masks = found[1](slot.dispatch_key)
         if not masks:
             return _PYTHON
         if combined is None:
@@ -268,16 +268,6 @@ def _decide(slot: Any) -> tuple[int, tuple]:
         if (narrow or wide) and _DTYPE_NAMES.get(dtype) in _state.scalar_types
     )
     return (m.MODE_GATED, entries) if entries else _PYTHON
-
-
-def _device_key(dispatch_key: str) -> str | None:
-    """The device a slot's calls run on, as calibration names it; None where it can differ by call."""
-    if dispatch_key == "CPU":
-        return "cpu"
-    if dispatch_key == "CUDA":
-        keys = nvml.device_keys()
-        return next(iter(keys)) if keys is not None and len(keys) == 1 else None
-    return None
 
 
 def describe() -> dict[str, Any]:
@@ -295,10 +285,11 @@ def describe() -> dict[str, Any]:
         "background_build": background.describe(),
         "library": str(_state.path) if _state.path else None,
         "slots": modes,
+        "replay": replay.describe() if _state.active else {"on": False, "why": "the compiled front is not serving"},
     }
 
 
 start()
 
-__all__ = ["CHOICES", "ENV", "build", "current", "describe", "disable", "enable", "ensure_built", "requested", "serving",
+__all__ = ["CHOICES", "ENV", "build", "current", "replay", "describe", "disable", "enable", "ensure_built", "requested", "serving",
            "start"]

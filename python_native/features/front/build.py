@@ -112,7 +112,7 @@ def build_key() -> dict[str, str]:
     cxx = compiler()
     stat = os.stat(cxx) if cxx else None
     return {
-        "source": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+        "source": source_digest(),
         "torch": torch.__version__,
         "torch_git": str(getattr(torch.version, "git_version", "")),
         "cxx11_abi": str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
@@ -120,6 +120,14 @@ def build_key() -> dict[str, str]:
         "platform": sysconfig.get_platform(),
         "compiler": f"{cxx}:{stat.st_size}:{int(stat.st_mtime)}" if stat else "none",
     }
+
+
+def source_digest() -> str:
+    """The hash of ``front.cpp`` and the headers beside it that it includes (``replay_*.h``)."""
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    for header in sorted(SOURCE.parent.glob("*.h")):
+        digest.update(header.name.encode() + b"\0" + header.read_bytes())
+    return digest.hexdigest()
 
 
 def _digest(key: dict[str, str]) -> str:

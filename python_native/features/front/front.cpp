@@ -3,7 +3,8 @@
 // Per call it decides, without entering Python, whether the Python router can have anything to
 // do: a slot with nothing active, or a call every active override's calibration gate surely
 // declines (by dtype, row width class and size bucket of the first tensor argument), goes
-// straight to the kernel the slot shadows. Everything else is handed, boxed, to the Python
+// straight to the kernel the slot shadows. The width class follows the gates' own rule: rows at
+// least ``wide_row`` long are wide, a value the panel hands each front when it makes it. Everything else is handed, boxed, to the Python
 // router registered below it. The state the panel changes (mode, masks) is atomic; the two
 // kernels a front holds are fixed for its life (a changed kernel below means a new front).
 
@@ -17,12 +18,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "replay_bind.h"
+
 namespace py = pybind11;
 
 namespace {
 
 constexpr int kDtypeSlots = 64;  // above every c10::ScalarType value
-constexpr int64_t kWideRow = 4096;  // the calibration's wide-row threshold (calibration.WIDE_ROW)
 const char* kMarker = "python_native compiled front";
 
 enum Mode : uint32_t {
@@ -38,6 +40,8 @@ struct State {
   std::atomic<int64_t> inflight{0};
   std::vector<size_t> positional;  // indices of the schema's positional arguments
   size_t nargs = 0;
+  int64_t wide_row = 0;  // rows at least this long are wide (the gates' rule, fixed for the front's life)
+  pn_replay::Table replay;  // recorded launches, served without Python (replay_table.h)
 
   State() {
     for (auto& per_dtype : masks) {
@@ -78,6 +82,11 @@ class FrontKernel final : public c10::OperatorKernel {
       if (!call_intact(shadowed_, op, keyset, stack)) python_.callBoxed(op, keyset, stack);
       return;
     }
+    if (s.replay.on() && pn_replay::run(s.replay, s.nargs, op, stack,
+                                        [&] { return call_intact(shadowed_, op, keyset, stack); },
+                                        [&] { return call_intact(python_, op, keyset, stack); })) {
+      return;
+    }
     // Our router's registration gone first (only while the interpreter shuts down): the kernel below serves.
     if (!call_intact(python_, op, keyset, stack)) shadowed_.callBoxed(op, keyset, stack);
   }
@@ -109,7 +118,7 @@ class FrontKernel final : public c10::OperatorKernel {
       if (dtype < 0 || dtype >= kDtypeSlots) return false;
       const int bucket = bucket_of(t.numel());
       if (bucket > 63) return false;
-      const int wide = (t.dim() > 0 && t.sizes().back() >= kWideRow) ? 1 : 0;
+      const int wide = (t.dim() > 0 && t.sizes().back() >= s.wide_row) ? 1 : 0;
       return (s.masks[dtype][wide].load(std::memory_order_relaxed) >> bucket) & 1;
     }
     return false;  // no tensor argument: the gates let the cond decide
@@ -127,7 +136,7 @@ class FrontKernel final : public c10::OperatorKernel {
 class Front {
  public:
   Front(const std::string& name, const std::string& overload, const std::string& key, py::object shadowed,
-        py::object python)
+        py::object python, int64_t wide_row)
       : state_(std::make_shared<State>()),
         name_(name),
         overload_(overload),
@@ -137,6 +146,8 @@ class Front {
     auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name_.c_str(), overload_.c_str());
     const auto& args = op.schema().arguments();
     state_->nargs = args.size();
+    if (wide_row < 1) throw py::value_error("wide_row must be a positive row length");
+    state_->wide_row = wide_row;
     for (size_t i = 0; i < args.size(); ++i) {
       if (!args[i].kwarg_only()) state_->positional.push_back(i);
     }
@@ -190,6 +201,9 @@ class Front {
 
   int64_t inflight() const { return state_->inflight.load(std::memory_order_acquire); }
 
+  int64_t wide_row() const { return state_->wide_row; }
+  pn_replay::Table& replay_table() { return state_->replay; }
+
  private:
   std::shared_ptr<State> state_;
   std::string name_;
@@ -214,13 +228,15 @@ py::dict scalar_types() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "python-native's compiled dispatch front";
   m.attr("MARKER") = kMarker;
-  m.attr("WIDE_ROW") = kWideRow;
   m.attr("MODE_PYTHON") = static_cast<int>(kPython);
   m.attr("MODE_FALLBACK") = static_cast<int>(kFallback);
   m.attr("MODE_GATED") = static_cast<int>(kGated);
   m.def("scalar_types", &scalar_types);
-  py::class_<Front>(m, "Front")
-      .def(py::init<const std::string&, const std::string&, const std::string&, py::object, py::object>())
+  pn_replay::bind_module(m);
+  auto front = py::class_<Front>(m, "Front");
+  pn_replay::bind_front(front, [](Front& f) -> pn_replay::Table& { return f.replay_table(); });
+  front
+      .def(py::init<const std::string&, const std::string&, const std::string&, py::object, py::object, int64_t>())
       .def("install", &Front::install)
       .def("uninstall", &Front::uninstall)
       .def_property_readonly("installed", &Front::installed)
@@ -228,5 +244,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("mode", &Front::mode)
       .def("mode_view", &Front::mode_view)
       .def("set_masks", &Front::set_masks)
-      .def_property_readonly("inflight", &Front::inflight);
+      .def_property_readonly("inflight", &Front::inflight)
+      .def_property_readonly("wide_row", &Front::wide_row);
 }

@@ -299,6 +299,9 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
         "threshold": threshold,
         "rows": rows,
     }
+    kernels = calibration.versions.table_entry({(row["dsl"], row["op"]) for row in rows})
+    if kernels:  # the kernels timed: rows count as unmeasured once these sources change
+        table["kernels"] = kernels
     props = device_properties(device)
     if props:
         table["device_properties"] = props

@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s: a win must clear the timer's noise)")
     parser.add_argument("--allow-interpreter", action="store_true",
                         help="--calibrate without a GPU, through Triton's interpreter (for testing only)")
+    parser.add_argument("--prove-replay", action="store_true",
+                        help="compare replayed calls with Python-served ones on this GPU; where all agree, write "
+                             "the proof that turns replay on by default for this GPU and these torch/Triton versions")
 
 
 def _check(args: argparse.Namespace) -> tuple[list, list[str] | None]:
@@ -73,6 +76,9 @@ def _plot_types() -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from python_native.tools import bench
+
+    if args.prove_replay:
+        return _prove_replay(args)
 
     dtypes, ops = _check(args)
     try:
@@ -119,6 +125,32 @@ def run(args: argparse.Namespace) -> int:
                "installed and switched on? see python -m python_native status)", args.json, sys.stderr)
         return 2
     return 0
+
+
+def _prove_replay(args: argparse.Namespace) -> int:
+    import json
+
+    from python_native.features import calibration
+    from python_native.features.front import proof
+    from python_native.tools.bench import replay_proof
+
+    results, problem = replay_proof.prove()
+    if problem:
+        raise UsageError(problem)
+    ran = [r for r in results if r["passed"] is not None]
+    passed = bool(ran) and all(r["passed"] for r in ran)
+    device = calibration.device_key("cuda")
+    path = proof.write(device, results, passed) if passed else None
+    if args.json:
+        print(json.dumps({"device": device, "passed": passed, "proof": str(path) if path else None, "cases": results},
+                         indent=1))
+    else:
+        for r in results:
+            verdict = "skipped" if r["passed"] is None else "ok" if r["passed"] else "FAILED"
+            print(f"{r['case']:<44} {verdict:<8} {r['problem']}")
+        print(f"replay proven on {device}; proof written to {path}" if passed else
+              "replay NOT proven: it stays off by default here (see the failures above)")
+    return 0 if passed else 1
 
 
 def _write_json(path: str, env: dict, rows: list) -> None:

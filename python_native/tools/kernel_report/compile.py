@@ -2,7 +2,7 @@
 
 A variant is what Triton compiles a launch into: the kernel, the dtype and 16-byte alignment of
 each pointer, what it specializes each int on (equal to 1, a multiple of 16), the constexprs and
-the warps (``launch._spec_key`` is that key). Variants compile in a worker process
+the warps (``launch.spec_key`` is that key). Variants compile in a worker process
 (``compile_worker``) with the interpreter off; results are remembered per process and Triton's
 own cache dir keeps the binaries, so a second run only reads them.
 """
@@ -24,10 +24,10 @@ _results: dict[tuple, dict] = {}
 
 
 def variant_key(launch: Launch, arch: str) -> tuple:
-    from python_native_dsls.triton.kernels.launch import _spec_key
+    from python_native_dsls.triton.kernels.launch import spec_key
 
     fn = getattr(launch.kernel, "fn", launch.kernel)
-    return (arch, fn.__module__, fn.__name__, _spec_key(launch.args), tuple(sorted(launch.constexprs.items())),
+    return (arch, fn.__module__, fn.__name__, spec_key(launch.args), tuple(sorted(launch.constexprs.items())),
             launch.num_warps)
 
 
