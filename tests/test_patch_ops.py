@@ -172,10 +172,11 @@ def test_an_override_attaches_and_the_public_name_switches_forward_and_backward(
         calls.append("backward")
         return torch.ops.aten.silu_backward(grad_output * up, gate), grad_output * F.silu(gate)
 
+    # priority=1: ahead of the Triton overrides the interpreter installs at the same key
     handles = [pn.register_op_override(TEST_DSL, "python_native", "swiglu", "CPU", None, forward,
-                                       unconditional_override=True, public_name="swiglu"),
+                                       unconditional_override=True, public_name="swiglu", priority=1),
                pn.register_op_override(TEST_DSL, "python_native", "swiglu_backward", "CPU", None, backward, unconditional_override=True,
-                                       public_name="swiglu", backward=True)]
+                                       public_name="swiglu", backward=True, priority=1)]
     try:
         gate, up = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
         with pn.trace() as t:

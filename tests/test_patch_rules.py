@@ -69,7 +69,7 @@ def test_any_module_tree_is_recognised_by_structure_and_probe():
     x = torch.randn(3, 5, 32)
     with pn.triton.disabled():
         want = block(x)
-    with serving(), pn.triton.disabled(), pn.patched(block) as report, pn.trace() as t:
+    with serving(everywhere=True), pn.triton.disabled(), pn.patched(block) as report, pn.trace() as t:
         got = block(x)  # the stand-ins compute the references: bit for bit
     found = {(e.rule, e.target, e.status): e.detail for e in report.entries}
     assert found[("rms_norm", "Norm", "patched")] == "eps=1e-05, offset=0, (offset + weight) in fp32"
