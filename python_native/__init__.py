@@ -19,11 +19,8 @@ Importing never imports a DSL runtime: kernels load on the first call that needs
 
 from __future__ import annotations
 
-import difflib
 import sys
 from collections.abc import Callable, Iterable
-
-import torch
 
 # ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
 # dispatch core when imported: all of them, before any override registers. ``ops`` declares the
@@ -38,7 +35,6 @@ from python_native.core.registry import REGISTRY
 from python_native.features import calibration, checked, compiled, front, native_bridge  # noqa: F401
 from python_native.features.checked import OverrideMismatch
 from python_native.foundations import dsl_registry, env, public_names, speckey, uncompiled
-from python_native.foundations.switches import ALL as _ALL
 from python_native.foundations.trace_summary import TraceSummary
 from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceEvent
 from python_native.ops import linear_cross_entropy
@@ -51,10 +47,12 @@ from python_native.panel.controller import (
     Scope,
     dispatch_key_names,
     dsl_name,
-    flag_value,
+    flags_scope,
+    installed_names,
     op_is_off,
     op_names,
     op_targets,
+    require_overload,
 )
 from python_native.panel.filter_state import FILTER_STATE as _FILTER_STATE
 from python_native.patching import (
@@ -166,7 +164,7 @@ def register_op_override(
     is the variant named ``"default"``; ``"aten"`` is reserved for the original kernel), chosen
     per op with ``set_override_variant``, ``override_variant`` or ``PYTHON_NATIVE_VARIANTS``.
     """
-    _require_overload(lib_symbol, op_symbol)
+    require_overload(lib_symbol, op_symbol)
     handle = REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
@@ -212,25 +210,7 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
     without a public name are listed under their aten name.
     """
     _bootstrap.settle()
-    installed = set(REGISTRY.dsl_operations(dsl_name(dsl, warn_unknown=True))) if dsl is not None else {
-        o.op for o in REGISTRY.overrides() if o.derived_from is None
-    }
-    names: dict[str, list[str]] = {}
-    for public, covered in public_names.groups().items():
-        present = [op for op in covered if op in installed]
-        if present:
-            names[public] = present
-    functional = {o.op: o.derived_from.op for o in REGISTRY.overrides() if o.derived_from is not None}
-    named = {op for listed in names.values() for op in listed}
-    for op in sorted(installed - named - functional.keys()):
-        names[op] = [op]
-    for op in sorted((installed - named) & functional.keys()):  # a derived variant: under its functional op
-        entry = next((listed for listed in names.values() if functional[op] in listed), None)
-        if entry is None:
-            names[op] = [op]
-        else:
-            entry.append(op)
-    return dict(sorted(names.items()))
+    return installed_names(dsl)
 
 
 @uncompiled.opaque
@@ -296,18 +276,7 @@ def flags(enabled: bool | None = None, **dsls: bool) -> Scope:
     everything is as it was after it, also when the body raises. Works after
     ``torch.backends.disable_global_flags()``, where bare assignment of ``pn.enabled`` is refused.
     An argument left out (or None) is left as it is."""
-    parts = [] if enabled is None else [("all", (_ALL,), not flag_value(enabled, "pn.flags(enabled=...)"))]
-    known = dsl_registry.names()
-    for name, value in dsls.items():
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise TypeError(f"pn.flags() got {name}={value!r}, but no DSL is named {name!r}; {hint}"
-                            f"(DSLs: {known}; flags takes enabled= and DSL=bool for each DSL)")
-        parts.append(("dsl", (name,), not flag_value(value, f"pn.flags({name}=...)")))
-    if not parts:
-        raise TypeError(f"pn.flags() needs enabled=True/False or a DSL=True/False (DSLs: {known})")
-    return Scope(parts=tuple(parts))
+    return flags_scope(enabled, dsls)
 
 
 @uncompiled.opaque
@@ -340,26 +309,9 @@ def reorder_overrides(fn: OrderFn | None) -> None:
 
 def router_source(op_symbol: str, dispatch_key: str, lib_symbol: str = "aten") -> str:
     """Source of the router the dispatcher runs now for ``lib_symbol::op_symbol`` at ``dispatch_key``."""
-    _require_overload(lib_symbol, op_symbol)
+    require_overload(lib_symbol, op_symbol)
     (key,) = dispatch_key_names((dispatch_key,))
     return REGISTRY.router_source(op_symbol, key, lib_symbol)
-
-
-def _require_overload(lib_symbol: str, op_symbol: str) -> None:
-    """A bare name (``"bmm"``) names the op's default overload; ``"add"`` has none in the dispatcher."""
-    if not isinstance(op_symbol, str) or not isinstance(lib_symbol, str) or "." in op_symbol:
-        return
-    if not lib_symbol.isidentifier():
-        return  # the registration's own checks name the bad namespace
-    if not op_symbol.isidentifier() or torch._C._dispatch_has_kernel(f"{lib_symbol}::{op_symbol}"):
-        return
-    prefix = f"{lib_symbol}::{op_symbol}."
-    overloads = sorted(n.partition("::")[2] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix))
-    if overloads:
-        raise ValueError(
-            f"{lib_symbol}::{op_symbol} has no default overload: name one of {', '.join(overloads[:8])}"
-            f"{', ...' if len(overloads) > 8 else ''}"
-        )
 
 
 @uncompiled.opaque

@@ -39,6 +39,17 @@ class OverrideHandle:
         self._slot: Any = None  # the core's Slot (handles sit below slots, so untyped here)
         self._removed = False
 
+    @classmethod
+    def new(cls, uid: int, dsl: str, lib: str, sig: Any, key: str, cond: Cond | None, impl: Impl, unconditional: bool,
+            priority: int, epilogue: str, takes_plan: bool, registry: Any) -> OverrideHandle:
+        """A fresh handle for one piece (``epilogue``: functional, inplace or out) of a registration."""
+        return cls(
+            dsl=dsl, lib=lib, op=sig.qualified, dispatch_key=key, cond=cond, impl=impl,
+            priority=priority, unconditional=unconditional or cond is None, takes_plan=takes_plan, uid=uid,
+            name=f"{dsl}::{sig.qualified}#{uid}", op_names=tuple(dict.fromkeys((sig.qualified, sig.packet))),
+            epilogue=epilogue, derived_from=None, _registry=registry,
+        )
+
     # Names torch's in-tree registry uses, so user ordering functions written for it work here.
     @property
     def dsl_name(self) -> str:

@@ -92,8 +92,8 @@ class Registry:
 
         with self.lock:
             handles = [
-                self._new_handle(dsl, lib_symbol, psig, dispatch_key, cond, impl, unconditional_override, priority,
-                                 kind, impl_takes_plan)
+                OverrideHandle.new(next(self._uids), dsl, lib_symbol, psig, dispatch_key, cond, impl,
+                                   unconditional_override, priority, kind, impl_takes_plan, self)
                 for psig, kind in pieces
             ]
             for h in handles:
@@ -159,19 +159,10 @@ class Registry:
         for i, o in enumerate(moving):  # one at a time: the router names only overrides already bound
             self._commit(o, new, moving[: i + 1])
 
-    def _new_handle(self, dsl, lib, sig, key, cond, impl, unconditional, priority, epilogue, takes_plan) -> OverrideHandle:
-        uid = next(self._uids)
-        return OverrideHandle(
-            dsl=dsl, lib=lib, op=sig.qualified, dispatch_key=key, cond=cond, impl=impl,
-            priority=priority, unconditional=unconditional or cond is None, takes_plan=takes_plan, uid=uid,
-            name=f"{dsl}::{sig.qualified}#{uid}", op_names=tuple(dict.fromkeys((sig.qualified, sig.packet))),
-            epilogue=epilogue, derived_from=None, _registry=self,
-        )
-
     def _commit(self, handle: OverrideHandle, slot: Slot, order: list[OverrideHandle]) -> None:
         if handle.dsl not in self._routability_checked:
             self._routability_checked.add(handle.dsl)
-            if not self._dsl_routable(handle.dsl):
+            if not dsl_registry.routable(handle.dsl):
                 self.unroutable_dsls.add(handle.dsl)
         handle._slot = slot
         handle.routed_cond, handle.routed_impl = extensions.routed_pieces(handle)
@@ -179,16 +170,6 @@ class Registry:
         slot.overrides = order
         self.index.add(handle, slot)
         self.refresh(slot)
-
-    @staticmethod
-    def _dsl_routable(dsl: str) -> bool:
-        module = dsl_registry.get(dsl)
-        check = getattr(module, "can_register", None)
-        try:
-            return bool(check()) if callable(check) else dsl_registry.available(dsl)
-        except Exception:
-            log.exception("python_native: availability check of DSL %r raised", dsl)
-            return False
 
     def _install_slot(self, lib: str, sig: schema.OpSignature, key: str) -> Slot:
         slot = slots.new_slot(lib, sig, key, self.traces.emit, self._recapture)

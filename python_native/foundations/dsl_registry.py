@@ -114,6 +114,18 @@ def available(name: str) -> bool:
         return False
 
 
+def routable(name: str) -> bool:
+    """Whether overrides of ``name`` may be routed to: its ``can_register()`` where it has one
+    (cheaper, no device probe), else its availability; a check that raises counts as no."""
+    module = get(name)
+    check = getattr(module, "can_register", None)
+    try:
+        return bool(check()) if callable(check) else available(name)
+    except Exception:
+        log.exception("python_native: availability check of DSL %r raised", name)
+        return False
+
+
 def version(name: str) -> Version | None:
     module = get(name)
     if module is None:

@@ -13,6 +13,7 @@ from packaging.version import Version
 from python_native.core.registry import REGISTRY
 from python_native.foundations import declared, dsl_registry, public_names, schema, uncompiled
 from python_native.foundations.dispatch_keys import check_switchable_keys
+from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel import callables
 from python_native.panel.scopes import Scope
@@ -132,6 +133,29 @@ def _normalise(values: tuple[Any, ...], what: str) -> tuple[tuple[str, ...], boo
 
 
 _keys_checked: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+
+def installed_names(dsl: str | None) -> dict[str, list[str]]:
+    """``pn.operation_names(dsl)``: each name the op switches accept, with the installed ops it covers."""
+    installed = set(REGISTRY.dsl_operations(dsl_name(dsl, warn_unknown=True))) if dsl is not None else {
+        o.op for o in REGISTRY.overrides() if o.derived_from is None
+    }
+    names: dict[str, list[str]] = {}
+    for public, covered in public_names.groups().items():
+        present = [op for op in covered if op in installed]
+        if present:
+            names[public] = present
+    functional = {o.op: o.derived_from.op for o in REGISTRY.overrides() if o.derived_from is not None}
+    named = {op for listed in names.values() for op in listed}
+    for op in sorted(installed - named - functional.keys()):
+        names[op] = [op]
+    for op in sorted((installed - named) & functional.keys()):  # a derived variant: under its functional op
+        entry = next((listed for listed in names.values() if functional[op] in listed), None)
+        if entry is None:
+            names[op] = [op]
+        else:
+            entry.append(op)
+    return dict(sorted(names.items()))
 
 
 def dispatch_key_names(values: tuple[Any, ...], what: str = "disable_dispatch_keys") -> tuple[str, ...]:
@@ -288,3 +312,36 @@ class DSLController:
         status = "available" if self.available else "unavailable"
         enabled = "enabled" if self.enabled else "disabled"
         return f"DSLController({self._name}, {status}, {enabled})"
+
+
+def require_overload(lib_symbol: str, op_symbol: str) -> None:
+    """A bare name (``"bmm"``) names the op's default overload; ``"add"`` has none in the dispatcher."""
+    if not isinstance(op_symbol, str) or not isinstance(lib_symbol, str) or "." in op_symbol:
+        return
+    if not lib_symbol.isidentifier():
+        return  # the registration's own checks name the bad namespace
+    if not op_symbol.isidentifier() or torch._C._dispatch_has_kernel(f"{lib_symbol}::{op_symbol}"):
+        return
+    prefix = f"{lib_symbol}::{op_symbol}."
+    overloads = sorted(n.partition("::")[2] for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix))
+    if overloads:
+        raise ValueError(
+            f"{lib_symbol}::{op_symbol} has no default overload: name one of {', '.join(overloads[:8])}"
+            f"{', ...' if len(overloads) > 8 else ''}"
+        )
+
+
+def flags_scope(enabled: bool | None, dsls: dict[str, bool]) -> Scope:
+    """The scope of ``pn.flags(enabled=..., dsl=...)``: the master switch and each named DSL."""
+    parts = [] if enabled is None else [("all", (ALL,), not flag_value(enabled, "pn.flags(enabled=...)"))]
+    known = dsl_registry.names()
+    for name, value in dsls.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TypeError(f"pn.flags() got {name}={value!r}, but no DSL is named {name!r}; {hint}"
+                            f"(DSLs: {known}; flags takes enabled= and DSL=bool for each DSL)")
+        parts.append(("dsl", (name,), not flag_value(value, f"pn.flags({name}=...)")))
+    if not parts:
+        raise TypeError(f"pn.flags() needs enabled=True/False or a DSL=True/False (DSLs: {known})")
+    return Scope(parts=tuple(parts))

@@ -20,20 +20,10 @@ from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel.controller import DSLController, flag_value, refuse_if_frozen
 
-PUBLIC_API = (
-    "all_dsls", "available_dsls", "get_dsl_operations", "operation_names", "register_dsl", "register_op_override",
-    "enabled", "flags", "is_available", "version",
-    "disable_operations", "enable_operations", "operations_disabled", "operations_enabled",
-    "disable_dispatch_keys", "enable_dispatch_keys", "dispatch_keys_disabled", "dispatch_keys_enabled",
-    "is_operation_disabled", "is_dsl_disabled", "is_dispatch_key_disabled",
-    "reorder_overrides", "overrides", "router_source", "trace", "status",
-    "DSLController", "OverrideHandle", "OverrideMismatch", "Trace", "TraceEvent", "TraceSummary", "speckey",
-    "compile_mode", "compile_mode_set", "decomposition_table", "linear_cross_entropy",
-    "set_override_variant", "get_override_variant", "override_variant", "benchmark", "benchmark_set",
-    "patch", "unpatch", "patched", "register_patch_rule", "patch_rules", "reach",
-    "PatchRule", "PatchReport", "LeftAlone", "ReachReport",
-)
-RESERVED_NAMES = frozenset(PUBLIC_API)
+# Attributes of the module class, computed on each read; with the package's ``__all__`` they are
+# the public API (``dir(pn)``, the names no DSL may take), set by ``mount``.
+COMPUTED = ("all_dsls", "available_dsls", "enabled", "compile_mode", "benchmark")
+PUBLIC_API: tuple[str, ...] = COMPUTED
 
 
 @cache
@@ -119,7 +109,9 @@ class PythonNativeModule(types.ModuleType):
 
 def mount(module: types.ModuleType) -> None:
     """Make ``module`` (python_native itself) the object at ``torch.backends.python_native``."""
-    dsl_registry.reserve_names(RESERVED_NAMES)
+    global PUBLIC_API
+    PUBLIC_API = COMPUTED + tuple(module.__all__)
+    dsl_registry.reserve_names(frozenset(PUBLIC_API))
     module.__class__ = PythonNativeModule
     sys.modules["torch.backends.python_native"] = module
     backends = sys.modules.get("torch.backends")

@@ -24,6 +24,7 @@ def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
 
 
 def render(data: dict) -> str:
+    """The status report, section by section, from ``pn.status()``'s data."""
     lines = [f"torch {data['torch']}"]
     if data.get("enabled") is False:
         lines += ["", "pn.enabled is False: every override is off (pn.enabled = True, or leave pn.flags(enabled=False))"]
@@ -32,36 +33,7 @@ def render(data: dict) -> str:
         for p in data["problems"]:
             lines += _wrapped(f"{p['source']}: {p['problem']}", "  ")
             lines += _wrapped(f"fix: {p['fix']}")
-    lines += ["", "DSLs"]
-    for d in data["dsls"]:
-        lines.append(
-            f"  {d['name']:<10} {'available' if d['available'] else 'unavailable':<12} "
-            f"version {d['version'] or '-':<10} {'enabled' if d['enabled'] else 'disabled'}"
-        )
-        if d["reason"]:
-            lines += _wrapped(f"why unavailable: {d['reason']}")
-        if d["hint"]:
-            lines += _wrapped(f"hint: {d['hint']}")
-        if d.get("note"):
-            lines += _wrapped(f"note: {d['note']}")
-        for family, why in d["skipped"].items():
-            lines += _wrapped(f"not installed: {family} ({why})")
-    lines += ["", f"Overrides ({len(data['overrides'])})"]
-    if not data["overrides"]:
-        lines.append("  none installed here")
-    rows = [(o["op"] + (f" (from {o['variant_of']})" if o["variant_of"] else ""), o) for o in data["overrides"]]
-    width = max((len(label) for label, _ in rows), default=0)
-    for label, o in rows:
-        lines.append(
-            f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
-            + (f"  (registered through {o['origin']})" if o.get("origin") else "")
-        )
-        if o.get("unreachable"):
-            lines += _wrapped(f"never reached: {o['unreachable']}")
-        if len(o.get("variants", ())) > 1 or o.get("variant", "default") != "default":
-            lines += _wrapped(_variants_note(o))
-        if o.get("slot_overrides", 1) > 1:
-            lines += _wrapped(_order_note(o))
+    lines += _dsl_lines(data["dsls"]) + _override_lines(data["overrides"])
     if data.get("declared_ops"):
         lines += ["", "Ops declared outside aten (overrides attach to them; their reference runs otherwise)"]
         op_width = max(len(d["op"]) for d in data["declared_ops"])
@@ -70,27 +42,9 @@ def render(data: dict) -> str:
             if d["doc"]:
                 lines += _wrapped(d["doc"])
     if "compile" in data:
-        c = data["compile"]
-        lines += ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]
-        lines += _wrapped(
-            "overrides run inside compiled graphs as opaque python_native ops: "
-            + (", ".join(c["in_compiled_graphs"]) or "none")
-            if c["mode"] == "keep"
-            else "compiled graphs use Inductor's own kernels; eager calls keep their overrides "
-            "(set pn.compile_mode = 'keep' to call the overrides from compiled code)"
-        )
+        lines += _compile_lines(data["compile"])
     if "front" in data:
-        f = data["front"]
-        lines += ["", f"Dispatch front: {f['front']}"]
-        lines += _wrapped(f"why: {f['why']}")
-        if f.get("error"):
-            lines += _wrapped(f"error: {f['error']}")
-        replay = f.get("replay")
-        if replay:
-            lines += _wrapped(f"replay: {'on' if replay['on'] else 'off'} ({replay['why']})")
-            served = sum(s.get("replayed", 0) + s.get("fallbacks", 0) for s in replay.get("slots", {}).values())
-            if replay["on"]:
-                lines += _wrapped(f"replayed calls so far: {served}, over {len(replay.get('slots', {}))} slots that replay")
+        lines += _front_lines(data["front"])
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
         lines += calibration_lines(data["calibration"])
@@ -106,6 +60,69 @@ def render(data: dict) -> str:
     lines += ["", "Legend"]
     lines += [f"  {word:<12} {meaning}" for word, meaning in data["legend"].items()]
     return "\n".join(lines)
+
+
+def _dsl_lines(dsls: list[dict]) -> list[str]:
+    lines = ["", "DSLs"]
+    for d in dsls:
+        lines.append(
+            f"  {d['name']:<10} {'available' if d['available'] else 'unavailable':<12} "
+            f"version {d['version'] or '-':<10} {'enabled' if d['enabled'] else 'disabled'}"
+        )
+        if d["reason"]:
+            lines += _wrapped(f"why unavailable: {d['reason']}")
+        if d["hint"]:
+            lines += _wrapped(f"hint: {d['hint']}")
+        if d.get("note"):
+            lines += _wrapped(f"note: {d['note']}")
+        for family, why in d["skipped"].items():
+            lines += _wrapped(f"not installed: {family} ({why})")
+    return lines
+
+
+def _override_lines(overrides: list[dict]) -> list[str]:
+    lines = ["", f"Overrides ({len(overrides)})"]
+    if not overrides:
+        lines.append("  none installed here")
+    rows = [(o["op"] + (f" (from {o['variant_of']})" if o["variant_of"] else ""), o) for o in overrides]
+    width = max((len(label) for label, _ in rows), default=0)
+    for label, o in rows:
+        lines.append(
+            f"  {label:<{width}}  {o['dispatch_key']:<6} {o['dsl']:<10} {'active' if o['active'] else 'inactive'}"
+            + (f"  (registered through {o['origin']})" if o.get("origin") else "")
+        )
+        if o.get("unreachable"):
+            lines += _wrapped(f"never reached: {o['unreachable']}")
+        if len(o.get("variants", ())) > 1 or o.get("variant", "default") != "default":
+            lines += _wrapped(_variants_note(o))
+        if o.get("slot_overrides", 1) > 1:
+            lines += _wrapped(_order_note(o))
+    return lines
+
+
+def _compile_lines(c: dict) -> list[str]:
+    lines = ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]
+    return lines + _wrapped(
+        "overrides run inside compiled graphs as opaque python_native ops: "
+        + (", ".join(c["in_compiled_graphs"]) or "none")
+        if c["mode"] == "keep"
+        else "compiled graphs use Inductor's own kernels; eager calls keep their overrides "
+        "(set pn.compile_mode = 'keep' to call the overrides from compiled code)"
+    )
+
+
+def _front_lines(f: dict) -> list[str]:
+    lines = ["", f"Dispatch front: {f['front']}"]
+    lines += _wrapped(f"why: {f['why']}")
+    if f.get("error"):
+        lines += _wrapped(f"error: {f['error']}")
+    replay = f.get("replay")
+    if replay:
+        lines += _wrapped(f"replay: {'on' if replay['on'] else 'off'} ({replay['why']})")
+        served = sum(s.get("replayed", 0) + s.get("fallbacks", 0) for s in replay.get("slots", {}).values())
+        if replay["on"]:
+            lines += _wrapped(f"replayed calls so far: {served}, over {len(replay.get('slots', {}))} slots that replay")
+    return lines
 
 
 def _variants_note(o: dict) -> str:

@@ -343,7 +343,12 @@ def backward(
         return dx, None, None
     if single:
         return dx, part[0] if need_dw else None, part[1] if need_db else None
-    # Fold the partial rows; one launch covers dw and db (side by side in each partial row).
+    return (dx, *_fold(plan, part, x, n, final, param_dtype, need_dw, need_db))
+
+
+def _fold(plan, part: torch.Tensor, x: torch.Tensor, n: int, final: tuple[int, ...], param_dtype: torch.dtype,
+          need_dw: bool, need_db: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(dw, db)`` from the programs' partial rows; one launch covers both (side by side in each row)."""
     both = need_dw and need_db
     total = new_contiguous(x, (2, *final) if both else final, param_dtype)
     folding = plan.reduce
@@ -353,8 +358,8 @@ def backward(
         folding.num_warps, folding.block_m, folding.block_n,
     )
     if both:
-        return dx, total[0], total[1]
-    return (dx, total, None) if need_dw else (dx, None, total)
+        return total[0], total[1]
+    return (total, None) if need_dw else (None, total)
 
 
 _NO_MODE = RmsMode(0.0, 0.0, False)

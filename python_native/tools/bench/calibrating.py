@@ -18,65 +18,71 @@ from python_native.tools.bench.timing import cpu_timer, gpu_throughput_timer
 CalibArgs = Callable[[torch.Tensor, torch.Tensor], tuple]
 
 
+def _ln_stats(x: torch.Tensor) -> tuple:
+    n = x.shape[-1]
+    w, b = torch.randn(n, device=x.device, dtype=x.dtype), torch.randn(n, device=x.device, dtype=x.dtype)
+    with _aten_only():
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, [n], w, b, 1e-5)
+    return w, b, mean, rstd
+
+
+def _rms_stats(x: torch.Tensor) -> tuple:
+    w = torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
+    with _aten_only():
+        _, rstd = torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], w, 1e-6)
+    return w, rstd
+
+
+def _softmax_out(x: torch.Tensor, log: bool) -> torch.Tensor:
+    with _aten_only():
+        return (torch.ops.aten._log_softmax if log else torch.ops.aten._softmax)(x, -1, False)
+
+
+def _weight(x: torch.Tensor) -> torch.Tensor:
+    return torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
+
+
+def _tokens(x: torch.Tensor, expand: bool) -> tuple:
+    # MoE combine: four token rows per output row, each added into a random output row.
+    index = torch.randint(0, x.shape[0], (4 * x.shape[0],), device=x.device)
+    source = torch.randn(4 * x.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
+    return (x, 0, index[:, None].expand(source.shape) if expand else index, source)
+
+
+def _as_channels(x: torch.Tensor) -> tuple:
+    """``x`` as a group norm input: N = rows, C = 32 channels in 8 groups, HW = cols / 32."""
+    rows, cols = x.shape
+    return x.reshape(rows, 32, cols // 32), rows, 32, cols // 32, 8
+
+
+def _gn_forward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+    t, n, c, hw, g = _as_channels(x)
+    return t, _weight(t[0, :, 0]), _weight(t[0, :, 0]), n, c, hw, g, 1e-5  # weight and bias: [C]
+
+
+def _gn_backward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+    t, w, b, n, c, hw, g, eps = _gn_forward(x, dy)
+    with _aten_only():
+        _, mean, rstd = torch.ops.aten.native_group_norm(t, w, b, n, c, hw, g, eps)
+    return (dy.reshape(t.shape), t, mean, rstd, w, n, c, hw, g, [True, True, True])
+
+
 def _calibration_args() -> dict[str, CalibArgs]:
     """Per overridden aten op: its arguments built from an input ``x`` (rows x cols) and a gradient ``dy``."""
-    aten = torch.ops.aten
-
-    def ln_stats(x: torch.Tensor) -> tuple:
-        n = x.shape[-1]
-        w, b = torch.randn(n, device=x.device, dtype=x.dtype), torch.randn(n, device=x.device, dtype=x.dtype)
-        with _aten_only():
-            _, mean, rstd = aten.native_layer_norm(x, [n], w, b, 1e-5)
-        return w, b, mean, rstd
-
-    def rms_stats(x: torch.Tensor) -> tuple:
-        w = torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
-        with _aten_only():
-            _, rstd = aten._fused_rms_norm(x, [x.shape[-1]], w, 1e-6)
-        return w, rstd
-
-    def softmax_out(x: torch.Tensor, log: bool) -> torch.Tensor:
-        with _aten_only():
-            return (aten._log_softmax if log else aten._softmax)(x, -1, False)
-
-    def weight(x: torch.Tensor) -> torch.Tensor:
-        return torch.randn(x.shape[-1], device=x.device, dtype=x.dtype)
-
-    def tokens(x: torch.Tensor, expand: bool) -> tuple:
-        # MoE combine: four token rows per output row, each added into a random output row.
-        index = torch.randint(0, x.shape[0], (4 * x.shape[0],), device=x.device)
-        source = torch.randn(4 * x.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
-        return (x, 0, index[:, None].expand(source.shape) if expand else index, source)
-
-    def as_channels(x: torch.Tensor) -> tuple:
-        """``x`` as a group norm input: N = rows, C = 32 channels in 8 groups, HW = cols / 32."""
-        rows, cols = x.shape
-        return x.reshape(rows, 32, cols // 32), rows, 32, cols // 32, 8
-
-    def gn_forward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
-        t, n, c, hw, g = as_channels(x)
-        return t, weight(t[0, :, 0]), weight(t[0, :, 0]), n, c, hw, g, 1e-5  # weight and bias: [C]
-
-    def gn_backward(x: torch.Tensor, dy: torch.Tensor) -> tuple:
-        t, w, b, n, c, hw, g, eps = gn_forward(x, dy)
-        with _aten_only():
-            _, mean, rstd = aten.native_group_norm(t, w, b, n, c, hw, g, eps)
-        return (dy.reshape(t.shape), t, mean, rstd, w, n, c, hw, g, [True, True, True])
-
     return {
         **_declared_args(),
-        "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), weight(x), 1e-5),
+        "native_layer_norm": lambda x, dy: (x, [x.shape[-1]], _weight(x), _weight(x), 1e-5),
         "native_layer_norm_backward": lambda x, dy: (
-            (lambda w, b, mean, rstd: (dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True]))(*ln_stats(x))
+            (lambda w, b, mean, rstd: (dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True]))(*_ln_stats(x))
         ),
-        "_fused_rms_norm": lambda x, dy: (x, [x.shape[-1]], weight(x), 1e-6),
+        "_fused_rms_norm": lambda x, dy: (x, [x.shape[-1]], _weight(x), 1e-6),
         "_fused_rms_norm_backward": lambda x, dy: (
-            (lambda w, rstd: (dy, x, [x.shape[-1]], rstd, w, [True, True]))(*rms_stats(x))
+            (lambda w, rstd: (dy, x, [x.shape[-1]], rstd, w, [True, True]))(*_rms_stats(x))
         ),
         "_softmax": lambda x, dy: (x, -1, False),
         "_log_softmax": lambda x, dy: (x, -1, False),
-        "_softmax_backward_data": lambda x, dy: (dy, softmax_out(x, False), -1, x.dtype),
-        "_log_softmax_backward_data": lambda x, dy: (dy, softmax_out(x, True), -1, x.dtype),
+        "_softmax_backward_data": lambda x, dy: (dy, _softmax_out(x, False), -1, x.dtype),
+        "_log_softmax_backward_data": lambda x, dy: (dy, _softmax_out(x, True), -1, x.dtype),
         "silu": lambda x, dy: (x,),
         "silu_backward": lambda x, dy: (dy, x),
         "gelu": lambda x, dy: (x,),
@@ -90,12 +96,12 @@ def _calibration_args() -> dict[str, CalibArgs]:
         "min.dim": lambda x, dy: (x, -1),
         # k = 64: the sorting path, the slower of the two, so a win holds for the smaller k too.
         "topk": lambda x, dy: (x, min(64, x.shape[-1]), -1, True, True),
-        "scatter_add": lambda x, dy: tokens(x, True),
-        "scatter_add_": lambda x, dy: tokens(x, True),
-        "index_add": lambda x, dy: tokens(x, False),
-        "index_add_": lambda x, dy: tokens(x, False),
-        "native_group_norm": gn_forward,
-        "native_group_norm_backward": gn_backward,
+        "scatter_add": lambda x, dy: _tokens(x, True),
+        "scatter_add_": lambda x, dy: _tokens(x, True),
+        "index_add": lambda x, dy: _tokens(x, False),
+        "index_add_": lambda x, dy: _tokens(x, False),
+        "native_group_norm": _gn_forward,
+        "native_group_norm_backward": _gn_backward,
         "native_dropout": lambda x, dy: (x, 0.1, True),
         "native_dropout_backward": lambda x, dy: (dy, torch.rand_like(x) >= 0.1, 1 / 0.9),
         "bernoulli_.float": lambda x, dy: (torch.empty_like(x), 0.9),
@@ -236,6 +242,36 @@ def device_properties(device: str) -> dict[str, float] | None:
 Progress = Callable[[dict | None, int, int], None]  # (row, or None for a step not measured; done; total)
 
 
+def _measure_step(symbol: str, dsls: Sequence[str], dtype: torch.dtype, args: tuple, every_dsl: list[str], timer,
+                  threshold: float) -> dict[str, dict[str, Any]]:
+    """One op at one shape: each DSL's override timed alone against aten (measured once, where some
+    override fired), as calibration rows by DSL; a DSL whose cond declined the call has none."""
+    from python_native.features import calibration
+
+    op = aten_op(symbol)
+    base: float | None = None
+    rows: dict[str, dict[str, Any]] = {}
+    for dsl in dsls:
+        with _only(dsl, every_dsl):
+            with pn.trace() as t:
+                op(*args)
+            fired = any(e.op == symbol and e.dsl == dsl and e.outcome == "override" for e in t.events)
+            ours = timer(lambda: op(*args), []) if fired else None
+        if ours is None:
+            continue
+        if base is None:
+            with _aten_only():
+                base = timer(lambda: op(*args), [])
+        speedup = base / ours if ours else 0.0
+        rows[dsl] = {
+            "dsl": dsl, "op": symbol, "dtype": str(dtype).removeprefix("torch."),
+            "bucket": calibration.size_bucket(args[0].numel()), "shape": None, "last_dim": args[0].shape[-1],
+            "override_ms": round(ours, 5), "aten_ms": round(base, 5), "speedup": round(speedup, 4),
+            "wins": speedup >= threshold,
+        }
+    return rows
+
+
 def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None,
               threshold: float = 1.05, progress: Progress | None = None) -> dict[str, Any]:
     """Time every installed, available DSL's override against aten on this device; return a calibration table.
@@ -259,29 +295,13 @@ def calibrate(device: str, dtypes: Sequence[torch.dtype], quick: bool, ops: Sequ
     rows: list[dict[str, Any]] = []
     with calibration.suspended():
         for symbol, dsls, dtype, shape in steps:
-            op = aten_op(symbol)
             x = torch.randn(*shape, device=device, dtype=dtype)
             args = builders[symbol](x, torch.randn_like(x))
-            base: float | None = None
+            measured = _measure_step(symbol, dsls, dtype, args, every_dsl, timer, threshold)
             for dsl in dsls:
-                row = None
-                with _only(dsl, every_dsl):
-                    with pn.trace() as t:
-                        op(*args)
-                    fired = any(e.op == symbol and e.dsl == dsl and e.outcome == "override" for e in t.events)
-                    ours = timer(lambda op=op, args=args: op(*args), []) if fired else None
-                if ours is not None:
-                    if base is None:
-                        with _aten_only():
-                            base = timer(lambda op=op, args=args: op(*args), [])
-                    speedup = base / ours if ours else 0.0
-                    row = {
-                        "dsl": dsl, "op": symbol, "dtype": str(dtype).removeprefix("torch."),
-                        "bucket": calibration.size_bucket(args[0].numel()), "shape": list(shape),
-                        "last_dim": args[0].shape[-1],
-                        "override_ms": round(ours, 5), "aten_ms": round(base, 5), "speedup": round(speedup, 4),
-                        "wins": speedup >= threshold,
-                    }
+                row = measured.get(dsl)
+                if row is not None:
+                    row["shape"] = list(shape)
                     rows.append(row)
                 done += 1
                 if progress is not None:
