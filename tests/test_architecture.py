@@ -131,6 +131,38 @@ def test_no_function_passes_60_lines():
     assert long == {}
 
 
+def _rooms() -> list[str]:
+    """Every room the architecture page must name: each module (and C++ source) of python_native but
+    the layers' own ``__init__``; in the backends, each module outside the per-family folders
+    (``ops/``, ``kernels/``, ``plans/``, named as folders), and those folders."""
+    rooms = []
+    layers = {p for p in (ROOT / "python_native").iterdir() if p.is_dir()}
+    for path in sorted((ROOT / "python_native").rglob("*")):
+        if path.suffix not in (".py", ".cpp", ".h") or "__pycache__" in path.parts:
+            continue
+        if path.name == "__init__.py" and (path.parent in layers or path.parent == ROOT / "python_native"):
+            continue
+        if path.name == "__main__.py":
+            continue
+        rooms.append(str(path.relative_to(ROOT)))
+    for path in sorted((ROOT / "dsls").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if "__pycache__" in rel.parts or rel == Path("dsls/__init__.py"):
+            continue
+        if len(rel.parts) > 3 and rel.parts[2] in ("ops", "kernels", "plans"):
+            rooms.append(str(Path(*rel.parts[:3])) + "/")
+        elif not (rel.name == "__init__.py" and len(rel.parts) > 3):
+            rooms.append(str(rel))
+    return sorted(set(rooms))
+
+
+def test_every_room_is_on_the_architecture_page():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:python_native|dsls)/[\w/.-]*)`", page))
+    missing = [room for room in _rooms() if room not in named]
+    assert missing == [], f"add one line per room to docs/architecture.md: {missing}"
+
+
 def test_the_architecture_page_names_files_that_exist():
     page = (ROOT / "docs" / "architecture.md").read_text()
     paths = set(re.findall(r"`((?:python_native|dsls|tests|benchmarks)/[\w/.-]*)`", page))
