@@ -122,6 +122,30 @@ def test_every_example_runs_alone_with_and_without_the_interpreter(page: Path, r
             assert not r["ran"], f"{name} runs Triton overrides: say so ({NEEDS_INTERPRETER}) in the example"
 
 
+PRINTS = re.compile(r"^```python\n((?:(?!```).)*)^```\s*\n\nprints[^\n]*\n\n```text\n((?:(?!```).)*)^```", re.S | re.M)
+
+
+def _printing_examples() -> list[tuple[str, str, str]]:
+    """``(name, code, shown)`` for every example a page follows with "prints" and the output it shows."""
+    found = []
+    for page in [README, *PAGES]:
+        for i, (code, shown) in enumerate(PRINTS.findall(page.read_text()), 1):
+            found.append((f"{page.name} printing example {i}", code, shown))
+    return found
+
+
+@pytest.mark.parametrize(("name", "code", "shown"), _printing_examples(), ids=lambda v: v if " example " in str(v) else "")
+def test_printed_output_is_what_the_page_shows(name: str, code: str, shown: str, tmp_path: Path):
+    """A listing a page says an example prints (a router's source, a trace table, a patch report) is
+    that example's output, run alone in a fresh process (under the interpreter where it needs it)."""
+    env = ENV if NEEDS_INTERPRETER in code else BASE
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line.rstrip() for line in proc.stdout.strip("\n").splitlines()]
+    assert lines == [line.rstrip() for line in shown.strip("\n").splitlines()], f"{name} prints:\n{proc.stdout}"
+
+
 def _offers_row() -> str:
     return next(line for line in README.read_text().splitlines() if line.startswith("| Overrides of aten ops |"))
 
