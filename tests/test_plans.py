@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 import torch
@@ -93,9 +94,15 @@ def test_removed_override_in_flight_drops_its_plan(overrides, x):
     handle = overrides("sub.Tensor", planning_cond, lambda s, o, alpha, plan=None: marked_sub(s, o, alpha),
                        impl_takes_plan=True)
     namespace, uid = handle._slot.namespace, handle.uid
-    handle.remove()
-    # A call that was inside the router when the override went finds its tombstone impl, plan and all.
-    again = namespace[f"_pn_impl_{uid}"]
+
+    def remove_then_look_up(handle, uid):
+        handle.remove()
+        return globals()[f"_pn_impl_{uid}"]
+
+    # A call inside the router (a frame whose globals are the slot's namespace) when the override
+    # went finds its tombstone impl, plan and all.
+    inside_router = types.FunctionType(remove_then_look_up.__code__, namespace)
+    again = inside_router(handle, uid)
     assert torch.equal(again(x, x, alpha=1, plan=Plan(2)), torch.zeros_like(x))
 
 
