@@ -106,6 +106,14 @@ def test_progress_plain_lines_say_count_and_eta_and_the_bar_runs(monkeypatch):
     assert "calibrating" in stream.getvalue() and "2/2" in stream.getvalue() and "one" in stream.getvalue()
 
 
+def test_quiet_progress_counts_steps_and_prints_none():
+    stream = io.StringIO()
+    with Progress(2, "precompile sm_90a", stream, quiet=True) as bar:
+        bar.step("kernel one")
+        bar.step("kernel two")
+    assert bar.done == 2 and stream.getvalue() == ""
+
+
 def test_corrupt_and_foreign_files_in_the_cache_are_skipped_and_named(calib):
     folder = calib.user_dir
     folder.mkdir(parents=True)

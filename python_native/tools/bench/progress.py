@@ -1,4 +1,4 @@
-"""Progress of a long run (``bench --calibrate``): a bar with an ETA on a terminal, plain lines otherwise.
+"""Progress of a long run (``bench --calibrate``, ``precompile``): a bar with an ETA on a terminal, plain lines otherwise.
 
 The bar is rich's (``pip install rich``, in the ``bench`` extra) when stderr is a terminal and rich
 is installed; elsewhere (a log file, CI, a pipe) each step is one line with its count and the
@@ -19,10 +19,13 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    """``step(text)`` once per unit of work, then ``close()``, which returns the elapsed seconds."""
+    """``step(text)`` once per unit of work, then ``close()``, which returns the elapsed seconds (or
+    use it as a context manager). ``quiet``: count the steps, print none of their lines."""
 
-    def __init__(self, total: int, description: str, stream: TextIO | None = None, bar: bool | None = None):
+    def __init__(self, total: int, description: str, stream: TextIO | None = None, bar: bool | None = None,
+                 quiet: bool = False):
         self.total, self.done, self.stream = max(total, 0), 0, stream or sys.stderr
+        self.quiet = quiet
         self.start = time.perf_counter()
         self._bar: Any = None
         if bar is None:
@@ -57,13 +60,21 @@ class Progress:
         self.done += 1
         if self._bar is not None:
             self._bar.update(self._task, advance=1)
-            if text:
-                self._bar.console.print(text, highlight=False)
+            if text and not self.quiet:
+                self._bar.console.print(text, highlight=False, markup=False)
+            return
+        if self.quiet:
             return
         eta = self.eta()
         width = len(str(self.total))
         left = f"eta {_clock(eta)}" if eta is not None else ""
         print(f"[{self.done:>{width}}/{self.total}, {left}] {text}".rstrip(), file=self.stream, flush=True)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> float:
         """Stop the bar; the elapsed seconds."""

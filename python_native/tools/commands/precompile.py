@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build_kernels(entries: list, args: argparse.Namespace) -> tuple[dict, int]:
     from python_native.features.kernel_cache import KernelCache
-    from python_native.tools.commands.progress import Progress
+    from python_native.tools.bench.progress import Progress
     from python_native_dsls.cutedsl.kernels import compiler
 
     cache = KernelCache(args.cache_dir) if args.cache_dir else KernelCache()

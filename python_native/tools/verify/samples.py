@@ -65,20 +65,6 @@ def finite(make_fn):
     return cases
 
 
-def _bmm_cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
-    for name, (a_shape, b_shape) in {
-        "outer product": ((3, 5, 1), (3, 1, 7)),
-        "odd sizes": ((2, 17, 3), (2, 3, 9)),
-        "empty batch": ((0, 4, 1), (0, 1, 4)),
-    }.items():
-        yield Sample(name, torch.bmm, [rand(*a_shape, dtype=dtype, device=device), rand(*b_shape, dtype=dtype, device=device)])
-    a = rand(2, 1, 6, dtype=dtype, device=device).transpose(1, 2)
-    b = rand(2, 5, 1, dtype=dtype, device=device).transpose(1, 2)
-    yield Sample("transposed", torch.bmm, [a, b])
-    yield Sample("1e4 scale", torch.bmm, [rand(2, 4, 1, dtype=dtype, device=device, scale=100.0),
-                                          rand(2, 1, 4, dtype=dtype, device=device, scale=100.0)])
-
-
 @dataclass(frozen=True)
 class Driver:
     """How to reach an aten op from Python: its own cases and the OpInfo names whose samples hit it.
