@@ -14,11 +14,17 @@ and ``python_native_compile`` not at all until ``set_logs``).
 Records emitted during that import would come before torch applies the setting, so the loggers
 are configured from ``TORCH_LOGS`` here first, the way torch configures them (torch then does it
 again, replacing the handler it tracks, so nothing prints twice).
+
+Imported before torch (``import python_native`` or a backend first), the package itself imports
+torch, whose import reads ``TORCH_LOGS`` before the names are registered: that import sees the
+setting without our names (``_import_torch_logging``), which are applied here once registered.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from typing import Any
 
 from python_native.foundations import env
@@ -42,7 +48,7 @@ def register_with_torch() -> bool:
     if _registered:
         return True
     try:
-        from torch._logging import _internal
+        _internal = _import_torch_logging()
     except ImportError:
         return False
     try:
@@ -59,6 +65,26 @@ def register_with_torch() -> bool:
     _registered = True
     _apply_env(_internal, env.torch_logs())
     return True
+
+
+def _import_torch_logging() -> Any:
+    """torch's logging registry. Where torch is not imported yet, its import parses ``TORCH_LOGS``
+    before our names exist and would refuse them: it runs with them left out of the setting."""
+    name = env.TORCH_LOGS[0]
+    setting = os.environ.get(name)
+    if "torch" in sys.modules or not setting:
+        from torch._logging import _internal
+        return _internal
+    theirs = ",".join(t for t in setting.split(",") if t.strip().lstrip("+-") not in (LOG, COMPILE_ARTIFACT, *QUALIFIED_NAMES))
+    try:
+        if theirs.strip():
+            os.environ[name] = theirs
+        else:
+            del os.environ[name]
+        from torch._logging import _internal
+    finally:
+        os.environ[name] = setting
+    return _internal
 
 
 def _requested(setting: str) -> tuple[int | None, bool]:
