@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from python_native.foundations import faults
 
@@ -161,6 +163,26 @@ def cxx() -> str | None:
 def torch_logs() -> str:
     """torch's ``TORCH_LOGS`` setting ("" when unset), where it names our loggers too."""
     return _first(TORCH_LOGS) or ""
+
+
+@contextmanager
+def torch_logs_without(names: Sequence[str]) -> Iterator[None]:
+    """``TORCH_LOGS`` with the settings of ``names`` (``+name``, ``-name``, ``name``) left out while
+    the block runs (for torch's own import, which refuses names not registered yet); restored after."""
+    name = TORCH_LOGS[0]
+    setting = os.environ.get(name)
+    if not setting:
+        yield
+        return
+    kept = ",".join(t for t in setting.split(",") if t.strip().lstrip("+-") not in names)
+    if kept.strip():
+        os.environ[name] = kept
+    else:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ[name] = setting
 
 
 def triton_runtime_interprets() -> bool:

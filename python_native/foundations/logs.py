@@ -23,7 +23,6 @@ setting without our names (``_import_torch_logging``), which are applied here on
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
@@ -70,20 +69,11 @@ def register_with_torch() -> bool:
 def _import_torch_logging() -> Any:
     """torch's logging registry. Where torch is not imported yet, its import parses ``TORCH_LOGS``
     before our names exist and would refuse them: it runs with them left out of the setting."""
-    name = env.TORCH_LOGS[0]
-    setting = os.environ.get(name)
-    if "torch" in sys.modules or not setting:
+    if "torch" in sys.modules:
         from torch._logging import _internal
         return _internal
-    theirs = ",".join(t for t in setting.split(",") if t.strip().lstrip("+-") not in (LOG, COMPILE_ARTIFACT, *QUALIFIED_NAMES))
-    try:
-        if theirs.strip():
-            os.environ[name] = theirs
-        else:
-            del os.environ[name]
+    with env.torch_logs_without((LOG, COMPILE_ARTIFACT, *QUALIFIED_NAMES)):
         from torch._logging import _internal
-    finally:
-        os.environ[name] = setting
     return _internal
 
 

@@ -93,6 +93,6 @@ def test_progress_counts_kernels_with_an_eta(tmp_path):
     proc = _precompile(tmp_path, "--dsl", "cutedsl", "--op", "amax", "--dtype", "float32", "--size-class", "short")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert [line[:5] for line in lines[:2]] == ["[1/2 ", "[2/2 "]
-    assert all(" ETA " in line and "amax" in line for line in lines[:2])
+    assert [line[:5] for line in lines[:2]] == ["[1/2,", "[2/2,"]
+    assert all(" eta " in line and "amax" in line for line in lines[:2])
     assert lines[-1].startswith("2 compiled, 0 reused")
