@@ -53,11 +53,11 @@ def test_forward_and_backward_reach_the_kernels(case, dtype):
 
 def test_the_chunked_halves_are_never_copied():
     """The gated kernels read the two halves of a fused projection where they lie."""
-    from python_native_dsls.triton.kernels import launch
+    from python_native_dsls.triton.kernels import launch_sim
 
     gate, up = make(3, 2 * 37, requires_grad=False).chunk(2, -1)
     launched = []
-    with launch.stubbed_launches(lambda launcher, grid, args, warps, constexprs: launched.append(args)):
+    with launch_sim.stubbed_launches(lambda launcher, grid, args, warps, constexprs: launched.append(args)):
         ops.swiglu(gate, up)
     [args] = launched
     assert (args[0].data_ptr(), args[1].data_ptr()) == (gate.data_ptr(), up.data_ptr())

@@ -114,9 +114,10 @@ def rms_at_cpu():
     try:
         lib.impl("_fused_rms_norm", lambda *a: pytest.fail("the override declined"), "CPU")
         lib.impl("_fused_rms_norm_backward", lambda *a: pytest.fail("the override declined"), "CPU")
-        for op, cond, impl in (("_fused_rms_norm", rms.rms_norm_cond, rms.rms_norm_impl),
-                               ("_fused_rms_norm_backward", rms.rms_norm_backward_cond, rms.rms_norm_backward_impl)):
-            handles.append(pn.register_op_override(TEST_DSL, "aten", op, "CPU", cond, impl, impl_takes_plan=True))
+        for op in ("_fused_rms_norm", "_fused_rms_norm_backward"):
+            built = rms.FAMILY[op]
+            handles.append(pn.register_op_override(TEST_DSL, "aten", op, "CPU", built.cond, built.spec.impl,
+                                                   impl_takes_plan=True))
         yield
     finally:
         for h in handles:

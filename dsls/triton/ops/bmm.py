@@ -40,5 +40,5 @@ def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tenso
 
 
 FAMILY = Family(DSL_NAME, "bmm", [
-    Op("bmm", bmm_plan_or_why, bmm_impl, ("self", "mat2"), public_name="bmm", bench=("bmm_outer",)),
+    Op("bmm", bmm_plan_or_why, bmm_impl, ("self", "mat2"), public_name="bmm", bench=("bmm_outer",), replayable=True),
 ], kernels="bmm_outer")

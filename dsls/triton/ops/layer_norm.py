@@ -57,8 +57,9 @@ def layer_norm_backward_impl(
 
 FAMILY = Family(DSL_NAME, "layer_norm", [
     Op("native_layer_norm", forward_plan_or_why, layer_norm_impl,
-       ("input", "tuple(normalized_shape)", "weight", "bias"), public_name="layer_norm", bench=("layer_norm",)),
+       ("input", "tuple(normalized_shape)", "weight", "bias"), public_name="layer_norm", bench=("layer_norm",),
+       replayable=True),
     Op("native_layer_norm_backward", backward_plan_or_why, layer_norm_backward_impl,
        ("grad_out", "input", "tuple(normalized_shape)", "mean", "rstd", "weight", "bias", "tuple(output_mask)"),
-       public_name="layer_norm", backward=True, bench=("layer_norm",)),
+       public_name="layer_norm", backward=True, bench=("layer_norm",), replayable=True),
 ], kernels="norm")

@@ -60,8 +60,8 @@ def rms_norm_backward_impl(
 
 FAMILY = Family(DSL_NAME, "rms_norm", [
     Op("_fused_rms_norm", forward_plan_or_why, rms_norm_impl, ("input", "tuple(normalized_shape)", "weight"),
-       public_name="rms_norm", bench=("rms_norm",)),
+       public_name="rms_norm", bench=("rms_norm",), replayable=True),
     Op("_fused_rms_norm_backward", backward_plan_or_why, rms_norm_backward_impl,
        ("grad_out", "input", "tuple(normalized_shape)", "rstd", "weight", "tuple(output_mask)"),
-       public_name="rms_norm", backward=True, bench=("rms_norm",)),
+       public_name="rms_norm", backward=True, bench=("rms_norm",), replayable=True),
 ], kernels="norm")

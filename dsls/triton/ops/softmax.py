@@ -104,10 +104,11 @@ _LONG_ROW_PATHS = ("split", "streamed")
 
 def _ops(name: str, log: bool) -> list[Op]:
     forward = Op(f"_{name}", forward_plan_or_why, _forward_impl(log), ("self", "dim", "half_to_float"),
-                 public_name=name, variants={p: _forward_impl(log, p) for p in _LONG_ROW_PATHS}, bench=(name,))
+                 public_name=name, variants={p: _forward_impl(log, p) for p in _LONG_ROW_PATHS}, bench=(name,), replayable=True)
     backward = Op(f"_{name}_backward_data", backward_plan_or_why, _backward_impl(log),
                   ("grad_output", "output", "dim", "input_dtype"), public_name=name, backward=True,
-                  variants={p: _backward_impl(log, p) for p in _LONG_ROW_PATHS}, bench=(name,))
+                  variants={p: _backward_impl(log, p) for p in _LONG_ROW_PATHS}, bench=(name,),
+                  replayable=True)
     return [forward, backward]
 
 
