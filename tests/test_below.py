@@ -95,3 +95,21 @@ def test_untouched_routers_neither_set_nor_check_the_guard():
         assert "_pn_below.depth += 1" in pn.router_source("mean.dim", "CPU")
         assert "if _pn_below.depth:" in pn.router_source("sum.IntList_out", "CPU")
     assert "_pn_below" not in pn.router_source("sum.IntList_out", "CPU")
+
+
+@needs("mean.dim")
+def test_a_slots_links_are_worked_out_once_per_list_of_overrides(monkeypatch):
+    """Every toggle asks each touched slot for its links: a slot whose overrides did not change
+    answers from what it kept, without reading the kernel-call table again."""
+    from python_native.core import below
+    from python_native.core.registry import REGISTRY
+
+    slot = REGISTRY.slots[("aten", "mean.dim", "CPU")]
+    first = below.links(slot)
+
+    class Unread(dict):
+        def get(self, *args):
+            raise AssertionError("the kernel-call table was read again for an unchanged slot")
+
+    monkeypatch.setattr(below, "KERNEL_CALLS", Unread())
+    assert below.links(slot) is first

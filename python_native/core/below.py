@@ -82,9 +82,9 @@ def links(slot: Slot) -> tuple[tuple[str, ...], bool]:
     every toggle asks."""
     overrides = slot.overrides
     # Keyed without holding the overrides (a removed one must not stay alive through this cache).
-    key = (id(overrides), len(overrides), overrides[0].uid, overrides[-1].uid) if overrides else None
+    seen = (id(overrides), len(overrides), overrides[0].uid, overrides[-1].uid) if overrides else None
     cached = slot.__dict__.get("_pn_links")
-    if cached is not None and cached[0] == key:
+    if cached is not None and cached[0] == seen:
         return cached[1]
     op, key = slot.sig.qualified, slot.dispatch_key
     derived = tuple(o.derived_from.op for o in overrides if o.derived_from is not None)
@@ -93,7 +93,7 @@ def links(slot: Slot) -> tuple[tuple[str, ...], bool]:
     found = (outer, inner) if outer or inner else _NO_LINKS
     if outer:
         OUTER_NAMES.update(n for o in overrides for n in o.op_names)
-    slot._pn_links = (key, found)
+    slot._pn_links = (seen, found)
     return found
 
 
