@@ -1,0 +1,157 @@
+"""aten's errors and guarantees through the Triton overrides: Scalar arguments the op's dtype cannot
+hold raise aten's error, and under ``torch.use_deterministic_algorithms(True)`` every override
+either declines (saying why) or returns the same bits run to run; the documented list of the ops
+that decline is the registered ops' declarations."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from triton_testing import DEVICE, deterministic, requires_triton, seeded  # noqa: F401
+
+import python_native as pn
+import python_native_dsls.cutedsl.ops as cutedsl_ops
+from python_native.tools.verify.drivers import DRIVERS
+from python_native.tools.verify.samples import Sample
+from python_native_dsls.conds import params_of
+from python_native_dsls.triton.ops import families
+
+pytestmark = requires_triton
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _all_built():
+    return [b for f in families() + cutedsl_ops.families() for b in f]
+
+
+def _index_add(inplace: bool):
+    def call(dtype: torch.dtype, alpha):
+        s = torch.zeros(4, 3, device=DEVICE, dtype=dtype)
+        src = torch.ones(6, 3, device=DEVICE, dtype=dtype)
+        idx = torch.tensor([0, 1, 2, 3, 0, 1], device=DEVICE)
+        return s.index_add_(0, idx, src, alpha=alpha) if inplace else torch.index_add(s, 0, idx, src, alpha=alpha)
+    return call
+
+
+# Every registered op with a Scalar argument: (dtype, value) -> the public call.
+SCALAR_CALLS = {"index_add": _index_add(False), "index_add_": _index_add(True)}
+
+# Values each dtype cannot hold: aten's checked conversion raises on every one.
+OUT_OF_RANGE = {
+    torch.float16: (1e5, -65536.0 * 2, 2**20, 1e39),
+    torch.bfloat16: (1e39, -1e300, 2**200),
+    torch.float32: (1e39, -1e300, 2**200),
+    torch.float64: (2**1100,),
+    torch.int32: (2**31, -(2**31) - 1, float("inf")),
+    torch.int64: (2**63, -(2**63) - 1, float("nan")),
+}
+
+
+def test_the_scalar_grid_covers_every_registered_op_with_a_scalar_argument():
+    with_scalars = {b.op.op for b in _all_built() if any(p.scalar for p in params_of(b.op.lib, b.op.op))}
+    assert with_scalars == set(SCALAR_CALLS)
+
+
+def _raised(fn) -> tuple[type, str] | None:
+    try:
+        fn()
+    except Exception as e:
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("dtype", list(OUT_OF_RANGE), ids=str)
+@pytest.mark.parametrize("op", list(SCALAR_CALLS))
+def test_scalars_the_dtype_cannot_hold_raise_atens_error(op, dtype):
+    for value in OUT_OF_RANGE[dtype]:
+        with pn.triton.disabled():
+            expected = _raised(lambda value=value: SCALAR_CALLS[op](dtype, value))
+        assert expected is not None, f"aten takes {op} with {value!r} at {dtype}"
+        with pn.trace() as trace:
+            got = _raised(lambda value=value: SCALAR_CALLS[op](dtype, value))
+        assert got == expected, f"{op}({value!r}) at {dtype}"
+        assert not [e for e in trace.events if e.dsl == "triton" and e.outcome == "override"]
+
+
+def test_the_refusal_names_the_value():
+    built = next(b for b in families() if b.name == "scatter_add")["index_add"]
+    s = torch.zeros(4, 3, device=DEVICE, dtype=torch.float16)
+    idx, src = torch.tensor([0, 1], device=DEVICE), torch.ones(2, 3, device=DEVICE, dtype=torch.float16)
+    assert built.cond(s, 0, idx, src, alpha=1e5) is None
+    assert "alpha = 100000.0 cannot be converted to float16" in built.explain(s, 0, idx, src, alpha=1e5)
+    assert built.cond(s, 0, idx, src, alpha=2.0) is not None
+
+
+def _traced_run(sample: Sample):
+    torch.manual_seed(0)
+    leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in sample.inputs]
+    with pn.trace() as trace:
+        out = sample.fn(*leaves)
+        out = out if isinstance(out, torch.Tensor) else out[0]
+        if out.requires_grad and out.numel():
+            out.backward(torch.ones_like(out))
+    return [out.detach(), *(t.grad for t in leaves)], [e for e in trace.events if e.dsl == "triton"]
+
+
+def _same_bits(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    bits = (lambda t: t.reshape(-1).contiguous().view(torch.uint8)) if a.numel() else (lambda t: t)
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+def _first_served(driver) -> Sample:
+    """The first float32 sample the overrides serve (outside deterministic mode)."""
+    for sample in driver.cases(torch.float32, DEVICE):
+        if any(e.outcome == "override" for e in _traced_run(sample)[1]):
+            return sample
+    pytest.fail("no sample of the driver reaches an override")
+
+
+@pytest.mark.parametrize("op", list(DRIVERS))
+def test_under_deterministic_algorithms_every_override_declines_or_repeats_its_bits(op, request):
+    sample = _first_served(DRIVERS[op])
+    request.getfixturevalue("deterministic")
+    first, events = _traced_run(sample)
+    again, _ = _traced_run(sample)
+    declared = {b.op.op: b.op for b in _all_built()}
+    for e in events:
+        if e.outcome == "override":
+            assert declared[e.op].nondeterministic is None or declared[e.op].deterministic_when, e.op
+    served = [e for e in events if e.outcome == "override"]
+    if served:
+        assert all(_same_bits(a, b) for a, b in zip(first, again, strict=True)), f"{op}: results vary run to run"
+    declined = {e.op for e in events if e.outcome == "fallback"} & {
+        name for name, o in declared.items() if o.nondeterministic is not None}
+    for name in declined:
+        assert any(e.op == name and "deterministic algorithms are on" in (e.reason or "") for e in events), events
+
+
+@pytest.mark.usefixtures("deterministic")
+@pytest.mark.parametrize("op", ["scatter_add", "scatter_add_", "index_add", "index_add_"])
+def test_declared_nondeterministic_ops_decline_floats_and_say_why(op):
+    built = next(b for b in families() if b.name == "scatter_add")[op]
+    s, src = torch.zeros(4, 3, device=DEVICE), torch.ones(6, 3, device=DEVICE)
+    idx = torch.tensor([0, 1, 2, 3, 0, 1], device=DEVICE)
+    args = (s, 0, idx[:, None].expand(6, 3), src) if op.startswith("scatter") else (s, 0, idx, src)
+    kwargs = {} if op.startswith("scatter") else {"alpha": 1}
+    assert built.cond(*args, **kwargs) is None
+    assert built.explain(*args, **kwargs) == f"deterministic algorithms are on: {built.op.nondeterministic}"
+    integers = (s.long(), *args[1:3], src.long())
+    assert built.cond(*integers, **kwargs) is not None  # integer sums are exact in any order
+
+
+def _documented() -> set[str]:
+    page = (DOCS / "user-guide.md").read_text()
+    section = page.split("### Deterministic algorithms", 1)[1].split("\n#", 1)[0]
+    return {m.group(1) for line in section.splitlines() if line.startswith("|") and not line.startswith("| op")
+            for m in [re.match(r"\| `([^`]+)`", line)] if m}
+
+
+def test_the_documented_list_is_the_declared_one():
+    declared = {b.op.op for b in _all_built() if b.op.nondeterministic is not None}
+    assert declared and _documented() == declared
