@@ -155,3 +155,49 @@ def _documented() -> set[str]:
 def test_the_documented_list_is_the_declared_one():
     declared = {b.op.op for b in _all_built() if b.op.nondeterministic is not None}
     assert declared and _documented() == declared
+
+
+def _lazy(t: torch.Tensor) -> torch.Tensor:
+    """A copy-on-write clone of ``t`` (sharing its memory until either is written)."""
+    lazy = torch._lazy_clone(t.detach())
+    assert torch._C._is_cow_tensor(lazy)
+    return lazy.requires_grad_(t.is_floating_point())
+
+
+@pytest.mark.parametrize("op", [op for op in DRIVERS if not DRIVERS[op].check])  # random ops: checked elsewhere
+def test_copy_on_write_inputs_give_atens_results(op):
+    sample = _first_served(DRIVERS[op])
+    torch.manual_seed(0)
+    sources = [t.detach().clone() for t in sample.inputs]
+    kept = [t.clone() for t in sources]
+    leaves = [_lazy(t) for t in sources]
+    with pn.trace() as trace:
+        out = sample.fn(*leaves)
+        out = out if isinstance(out, torch.Tensor) else out[0]
+        if out.requires_grad and out.numel():
+            out.backward(torch._lazy_clone(torch.ones_like(out)))
+    assert any(e.dsl == "triton" and e.outcome == "override" for e in trace.events)
+    with pn.triton.disabled():
+        expected, _ = _traced_run(Sample(sample.source, sample.fn, kept))
+    for got, ref in zip([out.detach(), *(t.grad for t in leaves)], expected, strict=True):
+        assert (got is None) == (ref is None)
+        if got is not None:
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert all(torch.equal(s, k) for s, k in zip(sources, kept, strict=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+@pytest.mark.parametrize("op", ["scatter_add_", "index_add_"])
+def test_in_place_calls_on_copy_on_write_inputs_write_only_their_own_memory(op, dtype):
+    idx = torch.tensor([0, 1, 2, 3, 0, 1], device=DEVICE)
+    source, src = torch.arange(12, device=DEVICE).reshape(4, 3).to(dtype), torch.ones(6, 3, device=DEVICE, dtype=dtype)
+    call = ((lambda s, v: s.scatter_add_(0, idx[:, None].expand(6, 3), v)) if op == "scatter_add_"
+            else (lambda s, v: s.index_add_(0, idx, v)))
+    kept = source.clone()
+    lazy, lazy_src = torch._lazy_clone(source), torch._lazy_clone(src)
+    with pn.trace() as trace:
+        got = call(lazy, lazy_src)
+    assert [e.op for e in trace.events if e.dsl == "triton" and e.outcome == "override"] == [op]
+    with pn.triton.disabled():
+        expected = call(kept.clone(), src.clone())
+    assert got is lazy and torch.equal(lazy, expected) and torch.equal(source, kept)
