@@ -92,3 +92,23 @@ def test_in_row_offsets_past_the_bound_decline():
                                                   device="cpu")
     assert built.cond(wide, -1, False) is not None
     assert built.cond(strided, -1, False) is None and "int32" in built.explain(strided, -1, False)
+
+
+# op -> (family, op, call(rows) -> args over ``rows`` rows of one column, keyword arguments)
+MORE_ROW_OPS = {
+    "swiglu": ("gated", "swiglu", lambda r: (Sized(r, 1), Sized(r, 1)), {}),
+    "topk": ("topk", "topk", lambda r: (Sized(r, 1), 1, -1, True, True), {}),
+    "index_add": ("scatter_add", "index_add",
+                  lambda r: (Sized(r, 1, dtype=torch.float32), 0, Sized(r, dtype=torch.int64),
+                             Sized(r, 1, dtype=torch.float32)), {"alpha": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE_ROW_OPS))
+def test_other_row_launches_decline_past_the_row_bound(name):
+    family, op, call, kw = MORE_ROW_OPS[name]
+    built = _built(family, op)
+    assert built.cond(*call(MAX_INDEX), **kw) is not None, built.explain(*call(MAX_INDEX), **kw)
+    for rows in (MAX_INDEX + 1, 2**31 + 8):
+        assert built.cond(*call(rows), **kw) is None
+        assert "int32 row indices" in built.explain(*call(rows), **kw)
