@@ -112,3 +112,31 @@ def test_other_row_launches_decline_past_the_row_bound(name):
     for rows in (MAX_INDEX + 1, 2**31 + 8):
         assert built.cond(*call(rows), **kw) is None
         assert "int32 row indices" in built.explain(*call(rows), **kw)
+
+
+def _strided(size: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
+    return torch.Tensor._make_wrapper_subclass(Sized, size, strides=strides, dtype=torch.bfloat16, device="cpu")
+
+
+def test_rotary_declines_offsets_past_the_bound():
+    """Positions times cos's strides and head-dim columns times q's last stride are int32 in the kernel."""
+    built = _built("rotary", "rotary")
+    q = k = Sized(1, 2, 4, 64)
+    cos = sin = Sized(1, 4, 64)
+    assert built.cond(q, k, cos, sin, 1) is not None
+    wide_cos = _strided((1, 4, 64), (0, MAX_INDEX // 3 + 1, 1))  # positions 3 apart past the bound
+    assert built.cond(q, k, wide_cos, wide_cos, 1) is None
+    assert "cos spans more than" in built.explain(q, k, wide_cos, wide_cos, 1)
+    wide_q = _strided((1, 2, 4, 64), (512, 256, 64, 2**26))  # 63 columns 2**26 apart: past 2**31
+    assert built.cond(wide_q, wide_q, cos, sin, 1) is None
+    assert "head dim spans more than" in built.explain(wide_q, wide_q, cos, sin, 1)
+
+
+@pytest.mark.parametrize("op", ["native_dropout", "bernoulli_.float"])
+def test_dropout_launches_at_the_bound_keep_their_offsets_in_int32(op):
+    built = _built("dropout", op)
+    call = (lambda x: ((x, 0.5, True), {})) if op == "native_dropout" else (lambda x: ((x, 0.5), {"generator": None}))
+    args, kw = call(Sized(MAX_INDEX, dtype=torch.float32))
+    assert built.cond(*args, **kw) is not None
+    args, kw = call(Sized(MAX_INDEX + 1, dtype=torch.float32))
+    assert built.cond(*args, **kw) is None and "int32" in built.explain(*args, **kw)
