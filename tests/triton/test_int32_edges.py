@@ -140,3 +140,18 @@ def test_dropout_launches_at_the_bound_keep_their_offsets_in_int32(op):
     assert built.cond(*args, **kw) is not None
     args, kw = call(Sized(MAX_INDEX + 1, dtype=torch.float32))
     assert built.cond(*args, **kw) is None and "int32" in built.explain(*args, **kw)
+
+
+def test_outer_product_grids_past_the_bound_decline():
+    built = _built("bmm", "bmm")
+    small = built.cond(Sized(2, 4096, 1), Sized(2, 1, 4096))
+    assert small is not None and small.grid[0] <= MAX_INDEX
+    a, b = Sized(1, 2**22, 1), Sized(1, 1, 2**22)  # 2**44 outputs: more tiles than int32 program ids
+    assert built.cond(a, b) is None and "int32" in built.explain(a, b)
+
+
+def test_topk_output_offsets_past_the_bound_decline():
+    built = _built("topk", "topk")
+    assert built.cond(Sized(2, 8, 2**20), 4, 1, True, True) is not None
+    x = Sized(1, 8, 2**29)  # k x inner = 8 x 2**29 = 2**32
+    assert built.cond(x, 8, 1, True, True) is None and "int32 output offsets" in built.explain(x, 8, 1, True, True)

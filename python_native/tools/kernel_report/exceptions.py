@@ -77,6 +77,14 @@ def int32_bounds() -> tuple[Excuse, ...]:
                   "plans.select declines more than MAX_COLS (2**31 - 2**20) rows or columns: a program's rows "
                   "(before they are widened) and a chunk's columns stay below 2**31", site="rows = "),
         *_bounded(("_topk_kernel",), "as rows: columns are at most MAX_COLS (2**31 - 2**20)", site="cols = "),
+        *_bounded(("_topk_kernel",), "plans.select declines k x the elements after the dim past MAX_COLS "
+                  "(2**31 - 2**20): an output's offset within its slice stays below 2**31", site="out = "),
+        *_bounded(("_topk_kernel",), "plans.select declines more than MAX_CHUNKS (65535) chunks and k past "
+                  "K_MAX (1024): a row's keys, n_chunks * k, stay below 2**26, far from MAX_COLS (2**31 - 2**20)",
+                  site="tl.store(KEYS_OUT"),
+        *_bounded(("_outer_kernel",), "ops.bmm declines a flat grid of more than MAX_INDEX (2**31 - 2**20) "
+                  "programs, batch x m past MAX_INDEX and n past it: program ids, a batch's tiles and the tile "
+                  "rows and columns stay below 2**31"),
     )
 
 
