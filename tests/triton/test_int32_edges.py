@@ -155,3 +155,16 @@ def test_topk_output_offsets_past_the_bound_decline():
     assert built.cond(Sized(2, 8, 2**20), 4, 1, True, True) is not None
     x = Sized(1, 8, 2**29)  # k x inner = 8 x 2**29 = 2**32
     assert built.cond(x, 8, 1, True, True) is None and "int32 output offsets" in built.explain(x, 8, 1, True, True)
+
+
+def test_group_norm_launches_past_the_bound_decline():
+    """Statistics rows (N x group), channel partials (N x C x splits) and grids are int32 in the kernels."""
+    built = _built("group_norm", "native_group_norm")
+
+    def call(n: int, c: int, hw: int, groups: int):
+        return Sized(n, c, hw), Sized(c), Sized(c), n, c, hw, groups, 1e-5
+
+    plan = built.cond(*call(8, 32, 1024, 8))
+    assert plan is not None
+    many = call(2**26, 32, 1, 32)  # 2**31 statistics rows: each sample small, the sum past int32
+    assert built.cond(*many) is None and "int32" in built.explain(*many)

@@ -69,6 +69,12 @@ def int32_bounds() -> tuple[Excuse, ...]:
                   "ops.rotary declines cos or sin spanning more than MAX_INDEX (2**31 - 2**20) elements and a q or "
                   "k head dim whose columns span more: positions times cos's strides and columns times the head "
                   "dim's stride stay below 2**31; heads are widened to int64"),
+        *_bounded(("_gn_stats_kernel", "_gn_normalize_kernel", "_gn_bwd_sums_kernel", "_gn_bwd_coeffs_kernel",
+                   "_gn_bwd_params_kernel", "_gn_bwd_dx_kernel"),
+                  "plans.group_norm declines samples whose in-sample offsets pass MAX_INDEX (2**31 - 2**20), and "
+                  "calls whose statistics (4 x N x group x splits), channel partials (2 x N x C x splits) or grids "
+                  "pass it: channel, position, statistics-row and partial indices stay below 2**31; samples are "
+                  "widened to int64"),
         *_bounded(("_scatter_add_kernel",),
                   "plans.scatter.scatter_plan declines more than MAX_INDEX (2**31 - 2**20) rows of the iteration "
                   "space and more than MAX_INNER columns: the int32 tile indices stay below 2**31 before the "
