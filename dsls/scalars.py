@@ -40,6 +40,8 @@ def converts(value: Any, dtype: torch.dtype) -> bool:
     """Whether aten converts the Scalar ``value`` to ``dtype`` without raising (``c10::overflows``)."""
     if isinstance(value, bool) or dtype == torch.bool:
         return True
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return False  # no Scalar holds it: torch raises before any conversion
     if isinstance(value, complex):
         if not dtype.is_complex and value.imag != 0:
             return False

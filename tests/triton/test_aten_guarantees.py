@@ -201,3 +201,51 @@ def test_in_place_calls_on_copy_on_write_inputs_write_only_their_own_memory(op, 
     with pn.triton.disabled():
         expected = call(kept.clone(), src.clone())
     assert got is lazy and torch.equal(lazy, expected) and torch.equal(source, kept)
+
+
+SCALAR_VALUES = (0, 1, -1, 255, 256, -129, 2**15, 2**31, -(2**31) - 1, 2**63, 65504.0, 65520.0, 1e5, 3.4e38, 1e39,
+                 float("inf"), float("nan"), 1e-50, 2**1100 // 2**100)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                                   torch.uint8, torch.int16, torch.int32, torch.int64], ids=str)
+def test_the_scalar_conversion_rule_is_atens(dtype):
+    """``scalars.converts`` says exactly where aten's checked conversion (``add``'s alpha) raises."""
+    from python_native_dsls import scalars
+
+    t = torch.zeros(1, dtype=dtype)
+    for value in SCALAR_VALUES:
+        if not dtype.is_floating_point and isinstance(value, float):
+            continue  # aten refuses a float alpha for integer tensors before converting it
+        with pn.triton.disabled():
+            raised = _raised(lambda value=value: torch.add(t, t, alpha=value))
+        assert scalars.converts(value, dtype) == (raised is None), f"{value!r} at {dtype}: {raised}"
+
+
+def test_guards_name_what_they_check():
+    from python_native_dsls.conds import FLOAT32, Guards, make_cond, params_of
+    from python_native_dsls.family import Family, Op
+
+    params = params_of("aten", "index_add")
+    with pytest.raises(ValueError, match="'index' is not a scalar parameter"):
+        make_cond("c", params, ("self",), lambda *a, **k: "no", guards=Guards(scalars=(("index", FLOAT32),)))
+    with pytest.raises(ValueError, match="converts to 'nowhere'"):
+        make_cond("c", params, ("self",), lambda *a, **k: "no", guards=Guards(scalars=(("alpha", "nowhere"),)))
+    with pytest.raises(ValueError, match="deterministic_when 'unknown_name"):
+        make_cond("c", params, ("self",), lambda *a, **k: "no", guards=Guards("atomics", "unknown_name > 0"))
+    family = Family("triton", "bad", [Op("index_add", lambda *a, **k: "no", lambda *a, **k: None, ("self",),
+                                         replayable=True, nondeterministic="atomics")], kernels="scatter_add")
+    assert "a replayable op must be deterministic" in family.problem
+
+
+def test_a_float32_scalar_guard_declines_what_float32_cannot_hold():
+    from python_native_dsls.conds import FLOAT32, Guards, make_cond, params_of
+
+    plan = ("a plan",)
+    cond, _ = make_cond("c", params_of("aten", "index_add"), ("self",), lambda *a, **k: plan,
+                        guards=Guards(scalars=(("alpha", FLOAT32),)))
+    s, idx = torch.zeros(2, device=DEVICE), torch.tensor([0], device=DEVICE)
+    assert cond(s, 0, idx, s[:1], alpha=0.5) is plan
+    assert cond(s, 0, idx, s[:1], alpha=1e-50) is None
+    assert "below float32's normal range" in cond.refusal(s, 0, idx, s[:1], alpha=1e-50)
+    assert "overflows float32" in cond.refusal(s, 0, idx, s[:1], alpha=1e39)
