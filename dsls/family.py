@@ -25,8 +25,10 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
-from python_native_dsls.conds import make_cond, params_of
+from python_native_dsls.conds import FLOAT32, Guards, make_cond, params_of
 from python_native_dsls.spec import OverrideSpec, has_kernel, runtime_import
+
+__all__ = ["FLOAT32", "Built", "Family", "Op", "PlanOrWhy", "forget_kernels", "installable", "kernel_loader"]
 
 PlanOrWhy = Callable[..., Any]  # (the op's arguments) -> a plan, or a str: why the kernels decline the call
 
@@ -42,6 +44,14 @@ class Op:
     ``check(plan, *args)`` adds what no key can hold (memory overlap of in-place arguments): a
     reason, or None. ``impl`` receives the plan as ``plan=``. ``bench`` names the rows of
     ``python -m python_native bench`` that reach the op; ``replayable`` is ``OverrideSpec``'s.
+
+    ``nondeterministic`` says why the kernels' results can vary from run to run (atomics adding in
+    no fixed order): the cond then declines under ``torch.use_deterministic_algorithms(True)``,
+    unless ``deterministic_when`` (an expression over the parameters) holds for the call.
+    ``scalars`` maps a scalar parameter to the tensor parameter whose dtype aten converts it to
+    (every ``Scalar`` parameter is, to the first tensor's unless named here), or to ``FLOAT32``
+    for a ``float`` the kernels round to float32 where aten keeps double: calls aten would refuse
+    (or compute otherwise) decline, and the scalar joins the key (``python_native_dsls.scalars``).
     """
 
     op: str
@@ -57,6 +67,9 @@ class Op:
     bench: tuple[str, ...] = ()
     replayable: bool = False  # the compiled front may replay its launches (``OverrideSpec.replayable``)
     options: Mapping[str, Any] = field(default_factory=dict)  # further registration options: derive_variants
+    nondeterministic: str | None = None
+    deterministic_when: str | None = None
+    scalars: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -130,8 +143,12 @@ def installable(families: Sequence[Family], key: str, skipped: dict[str, str]) -
     return specs
 
 
-def _explainer(plan_or_why: PlanOrWhy, check: Callable[..., str | None] | None) -> Callable[..., str | None]:
+def _explainer(plan_or_why: PlanOrWhy, check: Callable[..., str | None] | None,
+               refusal: Callable[..., str | None]) -> Callable[..., str | None]:
     def explain(*args: Any, **kwargs: Any) -> str | None:
+        refused = refusal(*args, **kwargs)
+        if refused is not None:
+            return refused
         found = plan_or_why(*args, **kwargs)
         if found.__class__ is str:
             return found
@@ -165,12 +182,16 @@ class Family:
     def _build(self, op: Op, names: Mapping[str, Any]) -> Built:
         params = params_of(op.lib, op.op)
         fn_name = op.op.replace(".", "_") + "_cond"
-        cond, cache = make_cond(fn_name, params, op.key, op.plan_or_why, op.check, names)
+        if op.replayable and op.nondeterministic is not None:
+            raise ValueError(f"{op.lib}::{op.op}: a replayable op must be deterministic (the compiled front "
+                             "replays it without asking its cond)")
+        guards = Guards(op.nondeterministic, op.deterministic_when, tuple(op.scalars.items()))
+        cond, cache = make_cond(fn_name, params, op.key, op.plan_or_why, op.check, names, guards)
         options = dict(op.options)
         if op.variants:
             options["variants"] = dict(op.variants)
         spec = OverrideSpec.planned(op.op, cond, op.impl, measured=op.measured, public_name=op.public_name,
-                                    backward=op.backward, explain=_explainer(op.plan_or_why, op.check),
+                                    backward=op.backward, explain=_explainer(op.plan_or_why, op.check, cond.refusal),
                                     lib=op.lib, replayable=op.replayable, **options)
         return Built(op, spec, cache)
 

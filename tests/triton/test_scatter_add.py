@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import DEVICE, DTYPES, assert_matches, compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DEVICE, DTYPES, assert_matches, compare, deterministic, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 from python_native_dsls.triton.ops import all_overrides
@@ -135,16 +135,9 @@ def test_gradients_match_aten():
     compare(lambda s, src: s.clone().index_add_(1, idx[:6], src), [make(3, 8), make(3, 6)], ["index_add_"])
 
 
-@pytest.fixture
-def deterministic():
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(before)
-
-
+@pytest.mark.usefixtures("deterministic")
 @pytest.mark.parametrize("op", OPS)
-def test_deterministic_mode_keeps_floats_on_aten_and_integers_on_the_kernel(op, deterministic):
+def test_deterministic_mode_keeps_floats_on_aten_and_integers_on_the_kernel(op):
     fn = CALLS[op](index(16, 96))
     for dtype, expect in ((torch.float32, []), (torch.bfloat16, []), (torch.int32, [op]), (torch.int64, [op])):
         fired = check_against_aten(fn, values(16, 24, dtype=dtype), values(96, 24, dtype=dtype))

@@ -4,7 +4,7 @@ overrides, and reading the trace."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -91,6 +91,15 @@ def unmeasured_installed() -> None:
 def seeded() -> None:
     """Every test draws the same inputs whatever runs before it (import it into a test module)."""
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def deterministic() -> Iterator[None]:
+    """``torch.use_deterministic_algorithms(True)`` for one test (import it into a test module)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
 
 
 def assert_matches(got: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor, what: str, grad: bool = False) -> None:

@@ -99,12 +99,35 @@ def vector_flags(r: Rows, *tensors: torch.Tensor | None) -> tuple[str, ...]:
 _launchers: dict[tuple, Any] = {}
 
 
+def current_device() -> int:
+    """The index of the current CUDA device (what a launch would target without a guard)."""
+    return torch.cuda.current_device()
+
+
+def _on_device(index: int, fn: Any) -> Any:
+    """``fn`` run with CUDA device ``index`` current: a program loads into, and launches on, the
+    current device's context and stream, which need not be its tensors' device. The guard is
+    entered only where the devices differ (one C call otherwise)."""
+    def on_device(*args: Any) -> Any:
+        if current_device() == index:
+            return fn(*args)
+        with torch.cuda.device(index):
+            return fn(*args)
+
+    return on_device
+
+
 def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, like: torch.Tensor, *flags: str):
-    """The loaded program for this call's variant (compiled or read from disk on first use)."""
+    """The loaded program for this call's variant (compiled or read from disk on first use), run on
+    ``like``'s device."""
     threads = size_class(n_cols)[1]
-    key = (kernel, dtype, out_dtype, threads, flags, like.device.index)
+    index = like.device.index
+    key = (kernel, dtype, out_dtype, threads, flags, index)
     fn = _launchers.get(key)
     if fn is None:
         v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
-        fn = _launchers[key] = compiler().function(v, arch(like))
+        if index is None:  # not a CUDA tensor: nothing to guard (TVM-FFI names the device it expected)
+            fn = _launchers[key] = compiler().function(v, arch(like))
+        else:
+            fn = _launchers[key] = _on_device(index, _on_device(index, lambda: compiler().function(v, arch(like)))())
     return fn

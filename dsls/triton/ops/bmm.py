@@ -30,7 +30,10 @@ def bmm_plan_or_why(self: Tensor, mat2: Tensor) -> OuterPlan | str:
         return "empty or mismatched batches"
     if batch * m > MAX_INDEX or n > MAX_INDEX:  # the flat program grid is int32
         return "too large: the flat program grid is int32"
-    return plan_outer(self, mat2)
+    plan = plan_outer(self, mat2)
+    if plan.grid[0] > MAX_INDEX:  # program ids and the tiles of a batch, tiles_m * tiles_n, are int32
+        return f"too large: {plan.grid[0]} programs exceed the flat program grid's int32 ids (at most {MAX_INDEX})"
+    return plan
 
 
 def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tensor:

@@ -15,6 +15,7 @@ from python_native.ops import gated_op  # noqa: F401  (declares the ops overridd
 from python_native_dsls.family import Family, Op
 
 from ..plans.elementwise import RowsPlan, plan_rows, unit_rows
+from ..plans.layout import MAX_INDEX
 from ..target import DSL_NAME
 from . import why
 
@@ -33,8 +34,11 @@ def _gated(act: int | None, approximate: str, *named: tuple[str, Tensor]) -> Row
     if found:
         return found
     tensors = [t for _, t in named]
-    plan = plan_rows(tuple(unit_rows(t, unit=False) for t in tensors), act, True, tuple(t.dtype for t in tensors))
-    return plan or f"rows of {tensors[0].shape[-1]} columns exceed the kernels' grid"
+    rows = tuple(unit_rows(t, unit=False) for t in tensors)
+    plan = plan_rows(rows, act, True, tuple(t.dtype for t in tensors))
+    if plan is None and rows[0] is not None and rows[0].n_rows > MAX_INDEX:
+        return f"{rows[0].n_rows} rows exceed the kernels' int32 row indices (at most {MAX_INDEX})"
+    return plan or f"rows of {tensors[0].shape[-1]} columns exceed the kernels' grid or int32 in-row offsets"
 
 
 def swiglu_plan_or_why(gate: Tensor, up: Tensor) -> RowsPlan | str:

@@ -16,7 +16,7 @@ import torch
 from python_native.ops import rotary_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.family import Family, Op
 
-from ..plans.layout import dense_like
+from ..plans.layout import MAX_INDEX, dense_like
 from ..plans.rotary import RotaryPlan, plan_rotary
 from ..target import DSL_NAME
 from . import why
@@ -34,7 +34,22 @@ def _plan_or_why(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: 
         return found
     if not (q.numel() and k.numel() and cos.numel()):
         return "empty input"
+    found = _int32_why(q, k, cos, sin)
+    if found:
+        return found
     return plan_rotary(q, k, cos, sin, unsqueeze_dim, (dense_like(q), dense_like(k)))
+
+
+def _int32_why(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> str | None:
+    """Why the kernel's int32 offsets could pass 2**31: positions times cos/sin strides, and head-dim
+    columns times q's or k's last stride, are int32 arithmetic (heads are widened to int64)."""
+    for what, t in (("cos", cos), ("sin", sin)):
+        if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True)) > MAX_INDEX:
+            return f"{what} spans more than {MAX_INDEX} elements: the kernel's offsets into it are int32"
+    for what, t in (("q", q), ("k", k)):
+        if (t.shape[-1] - 1) * abs(t.stride(-1)) > MAX_INDEX:
+            return f"{what}'s head dim spans more than {MAX_INDEX} elements: its in-head offsets are int32"
+    return None
 
 
 def forward_plan_or_why(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int) -> RotaryPlan | str:

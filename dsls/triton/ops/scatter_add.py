@@ -34,9 +34,7 @@ from ..target import DSL_NAME
 from . import why
 
 Tensor = torch.Tensor
-_deterministic = torch.are_deterministic_algorithms_enabled
 _DTYPES = why.names(DTYPES)
-_DETERMINISTIC = "deterministic algorithms are on: the kernel's float atomics add in no fixed order"
 
 
 def _alpha_or_why(alpha: Any, dtype: torch.dtype) -> Any:
@@ -154,8 +152,6 @@ def _apart_why(plan: ScatterPlan, self: Tensor, dim: int, index: Tensor, source:
 
 def _scatter(inplace: bool) -> Callable[..., ScatterPlan | str]:
     def plan_or_why(self: Tensor, dim: int, index: Tensor, src: Tensor) -> ScatterPlan | str:
-        if self.dtype.is_floating_point and _deterministic():
-            return _DETERMINISTIC
         return _scatter_plan_or_why(self, dim, index, src, inplace)
 
     return plan_or_why
@@ -163,8 +159,6 @@ def _scatter(inplace: bool) -> Callable[..., ScatterPlan | str]:
 
 def _index(inplace: bool) -> Callable[..., ScatterPlan | str]:
     def plan_or_why(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any) -> ScatterPlan | str:
-        if self.dtype.is_floating_point and _deterministic():
-            return _DETERMINISTIC
         return _index_plan_or_why(self, dim, index, source, inplace, alpha)
 
     return plan_or_why
@@ -211,19 +205,20 @@ def _impl(op: str, inplace: bool, scatter: bool) -> Callable[..., Tensor]:
 
 
 def _op(op: str, inplace: bool, scatter: bool) -> Op:
-    """Floats decline under deterministic algorithms (read per call, part of the key); in-place calls
-    also check per call that self is apart from index and source in memory."""
+    """Floats decline under deterministic algorithms (the atomics add them in no fixed order); an
+    ``alpha`` beyond self's dtype declines (aten raises); in-place calls also check per call that
+    self is apart from index and source in memory."""
     other = "src" if scatter else "source"
-    key = ("self", "dim", "index", other, *(() if scatter else ("alpha.__class__", "alpha")),
-           "self.dtype.is_floating_point and deterministic()")
+    key = ("self", "dim", "index", other, *(() if scatter else ("alpha.__class__", "alpha")))
     # The functional ops derive their out= forms (the result copied into out); the in-place ones add
     # straight into self, which a derived variant could not (it would add into a copy, then copy back).
     return Op(op, (_scatter if scatter else _index)(inplace), _impl(op, inplace, scatter), key, measured=False,
               check=_apart_why if inplace else None, options={} if inplace else {"derive_variants": ("out",)},
-              bench=(op.rstrip("_"),))
+              bench=(op.rstrip("_"),), nondeterministic="the kernel's float atomics add in no fixed order",
+              deterministic_when="not self.dtype.is_floating_point")
 
 
 FAMILY = Family(DSL_NAME, "scatter_add", [
     _op("scatter_add", False, True), _op("scatter_add_", True, True),
     _op("index_add", False, False), _op("index_add_", True, False),
-], kernels="scatter_add", names={"deterministic": _deterministic})
+], kernels="scatter_add")

@@ -35,6 +35,8 @@ def rows(r: Rows | None, what: str = "rows") -> str | None:
         return f"layout: the {what} do not form one strided row axis"
     if r.n_rows == 0 or r.n_cols == 0:
         return "empty input"
+    if r.n_rows > MAX_INDEX:
+        return f"{r.n_rows} {what} exceed int32 row indices (at most {MAX_INDEX})"
     return None if row_fits(r) else f"{what} too long: in-row offsets exceed int32"
 
 

@@ -63,6 +63,8 @@ def plan_rows(rows: Sequence[Rows], act: int, gated: bool, dtypes: tuple) -> Row
     """The tiles over operands of one shape seen as ``rows`` (same row and column counts), or None
     where a column index or the grid would exceed the kernels' limits."""
     n_rows, n_cols = rows[0].n_rows, rows[0].n_cols
+    if n_rows > MAX_INDEX:  # a program's first row, program_id * BLOCK_M, is int32 until widened
+        return None
     if any(r.n_rows != n_rows or r.n_cols != n_cols or (n_cols - 1) * r.col_stride > MAX_INDEX for r in rows):
         return None
     # 32 bytes of each operand per thread: 16 elements of a 16-bit dtype, 8 of fp32 (the gated

@@ -138,6 +138,11 @@ def plan_or_why(x: torch.Tensor, n: int, c: int, hw: int, groups: int, device_in
     elem_tile = _tile(x.dtype, c, hw, channels_last)
     c_blocks, hw_blocks = cdiv(c, elem_tile.block_c), cdiv(hw, elem_tile.block_hw)
     sum_splits, sum_per_split = _splits(n * c_blocks, hw_blocks, wanted)
+    # Per-group statistics (3 per group; 4 partials per split), the backward's channel partials (2 per
+    # split) and every grid's program ids are int32 in the kernels, samples aside.
+    largest = max(4 * n * groups * splits, 2 * n * c * sum_splits, n * c_blocks * hw_blocks)
+    if largest > MAX_INDEX:
+        return f"N = {n}: the kernels' statistics, partial sums or program ids would pass int32 ({largest} > {MAX_INDEX})"
     return GroupNormPlan(
         view, groups, cg, channels_last, (n, groups), stats_tile, hw_tiles, group_tiles, splits, per_split,
         elem_tile, (n * c_blocks * hw_blocks,), c_blocks, hw_blocks, sum_splits, sum_per_split,

@@ -17,8 +17,8 @@ from ..target import device_type
 from .tiles import MAX_ROW_BLOCK
 
 # Offsets within a row (and within a flat elementwise launch) are int32 in the kernels; rows are
-# addressed with int64, so row kernels take any number of rows. The headroom keeps the last
-# block's masked lanes from wrapping around.
+# addressed with int64, but a program's row indices are int32 until widened, so row kernels take
+# up to MAX_INDEX rows. The headroom keeps the last block's masked lanes from wrapping around.
 MAX_INDEX = 2**31 - 2**20
 # Longest rows the single-block norm kernels take: one register tile. Longer rows go to aten.
 MAX_NORM_COLS = MAX_ROW_BLOCK
@@ -47,8 +47,10 @@ def on_backend(*tensors: torch.Tensor | None) -> bool:
 
 
 def row_fits(r: Rows | None) -> bool:
-    """A non-empty row view whose in-row offsets stay within int32."""
-    return r is not None and r.n_rows > 0 and 0 < r.n_cols and (r.n_cols - 1) * r.col_stride <= MAX_INDEX
+    """A non-empty row view whose in-row offsets and row indices stay within int32 (a program's
+    first row, ``program_id * BLOCK_M``, is int32 arithmetic before rows are widened)."""
+    return (r is not None and 0 < r.n_rows <= MAX_INDEX and 0 < r.n_cols
+            and (r.n_cols - 1) * r.col_stride <= MAX_INDEX)
 
 
 def dense_like(t: torch.Tensor, *others: torch.Tensor) -> bool:

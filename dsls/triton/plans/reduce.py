@@ -134,6 +134,8 @@ def reduce_plan(
     """The launches for ``v``, or why not (a str) where the kernels' index arithmetic or grid would overflow."""
     if not (v.n_red > 0 and v.n_outer > 0 and v.n_inner > 0):
         return "empty input"
+    if v.n_outer > MAX_INDEX:  # a program's first outer index, program_id * BLOCK, is int32
+        return f"{v.n_outer} outer rows exceed the kernels' int32 row indices (at most {MAX_INDEX})"
     if v.n_red > MAX_INDEX:
         return f"a reduced dim of {v.n_red} elements exceeds the kernels' int32 offsets"
     if (v.n_red - 1) * v.red_stride > MAX_INDEX and v.n_inner == 1:  # the row kernel's in-row offsets are int32

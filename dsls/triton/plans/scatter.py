@@ -17,6 +17,7 @@ import torch
 
 from python_native_dsls.layout import collapse
 
+from .layout import MAX_INDEX
 from .tiles import cdiv, next_power_of_2
 
 # Dtypes the kernel adds exactly as aten does up to the order of the additions (floats) or exactly
@@ -99,6 +100,8 @@ def scatter_plan(space: Sequence[int], dim: int, target_size: int, index: Axes, 
         return f"{inner} elements after dim {dim} exceed the kernel's grid limit of {MAX_INNER}"
     block_i = min(next_power_of_2(inner), MAX_BLOCK_INNER)
     n_rows = outer * dim_size
+    if n_rows > MAX_INDEX:  # a program's first row, program_id * BLOCK_R, is int32 until widened
+        return f"{n_rows} rows exceed the kernel's int32 row indices (at most {MAX_INDEX})"
     block_r = min(next_power_of_2(n_rows), max(1, TILE // block_i))
     grid = (cdiv(n_rows, block_r), cdiv(inner, block_i))
     warps = max(1, min(8, block_r * block_i // 256))

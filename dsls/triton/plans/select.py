@@ -102,6 +102,10 @@ def topk_plan(rows: RowsAlong, k: int, largest: bool, out_shape: tuple[int, ...]
         return f"k = {k} exceeds the dim's size {rows.n_cols}"
     if rows.n_rows == 0:
         return "empty input"
+    if rows.n_rows > MAX_COLS:  # a program's first row, program_id * BLOCK_M, is int32 until widened
+        return f"{rows.n_rows} rows exceed the kernels' int32 row indices (at most {MAX_COLS})"
+    if k * rows.inner > MAX_COLS:  # an output's offset within its outer slice, pos * inner, is int32
+        return f"k x {rows.inner} elements after the dim exceed the kernels' int32 output offsets (at most {MAX_COLS})"
     if rows.n_cols > MAX_COLS:
         return f"rows of {rows.n_cols} elements exceed the kernels' int32 columns (at most {MAX_COLS})"
     stages, width, from_x = [], rows.n_cols, True

@@ -7,6 +7,10 @@ Checks, per benchmark row:
 - ``warps``: a launch that moves at least ``MAIN_SHARE`` of its call's bytes lets an SM hold fewer
   than ``MIN_RESIDENT_WARPS`` warps (``model.WARPS_FOR_BANDWIDTH``: the warps a memory-bound kernel
   needs to keep enough loads in flight for the copy bandwidth);
+- ``int32``: a launch's kernel computes an address in int32 arithmetic that can pass 2**31
+  (``offsets``: a program id or an int argument times a block or a stride, before any cast to
+  int64); each site is made int64 in the kernel or excused with the cond's bound that keeps the
+  op's calls below it (tested at that size by ``tests/triton/test_int32_edges.py``);
 - ``unmeasured``: a figure could not be obtained (compile or byte count failed).
 
 A finding that an entry of ``exceptions.EXCEPTIONS`` matches is excused; an entry that matches no
@@ -29,7 +33,7 @@ MAIN_SHARE = 0.10
 
 @dataclass
 class Finding:
-    check: str  # spill | traffic | warps | unmeasured | stale
+    check: str  # spill | traffic | warps | int32 | unmeasured | stale
     kernel: str  # the kernel's name (traffic: the aten op's symbol)
     case: str  # "label dtype"
     measured: str
@@ -48,6 +52,10 @@ def _case_findings(case: dict) -> Iterable[Finding]:
             yield Finding("traffic", call["op"], where, f"{ratio:.2f}x the minimum (limit {MAX_TRAFFIC_RATIO}x)")
         for launch in call["launches"]:
             fig = launch.get("compiled", {})
+            for site in fig.get("int32", ()):
+                yield Finding("int32", launch["kernel"], where, site)
+            if "int32_error" in fig:
+                yield Finding("unmeasured", launch["kernel"], where, f"int32 sites: {fig['int32_error']}")
             if "error" in fig or "bytes_error" in launch:
                 yield Finding("unmeasured", launch["kernel"], where, fig.get("error") or launch["bytes_error"])
                 continue
@@ -81,7 +89,7 @@ def check(report: dict, exceptions: Iterable[Excuse] = EXCEPTIONS) -> list[Findi
                 in_scope.add(i)
         for finding in _case_findings(case):
             for i, ex in enumerate(exceptions):
-                if ex.check == finding.check and ex.kernel == finding.kernel and ex.covers(case["label"], case["dtype"]):
+                if ex.matches(finding) and ex.covers(case["label"], case["dtype"]):
                     finding.excused = ex
                     used.add(i)
                     break

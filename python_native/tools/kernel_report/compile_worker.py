@@ -9,6 +9,8 @@ Per kernel: Triton's compile for ``GPUTarget("cuda", capability, 32)`` (the same
 runs: Triton IR, PTX, then the ptxas shipped in Triton's wheel), cached in Triton's cache dir;
 shared memory and warps from the compiled kernel's metadata; registers and local memory (spills)
 from ``cuobjdump -res-usage`` on the cubin, since the driver that reports them at load time needs a GPU.
+Per kernel too: the int32 address arithmetic that can pass 2**31 (``offsets``), read from the TTIR
+of the variant with every int argument an int32.
 """
 
 from __future__ import annotations
@@ -61,40 +63,85 @@ def _argument(a: Any) -> Any:
     return a
 
 
-def compile_one(request: dict, capability: int) -> dict:
-    """Compile one launch; returns its figures or ``{"error": ...}``."""
+def _bound(request: dict, capability: int, args: list) -> tuple:
+    """``(jit function, backend, target, ASTSource, options)`` of ``request`` with ``args``."""
+    import triton.language as tl
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile, make_backend
+    from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
     fn = getattr(importlib.import_module(request["module"]), request["kernel"])
     target = GPUTarget("cuda", capability, 32)
     backend = make_backend(target)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
-    import triton.language as tl
-
     constexprs = {k: tl.dtype(v["tl_dtype"]) if isinstance(v, dict) else v for k, v in request["constexprs"].items()}
     kwargs = dict(constexprs, num_warps=request["num_warps"])
-    bound, specialization, options = binder(*map(_argument, request["args"]), **kwargs)
+    bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
-    kernel = compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    return fn, backend, target, ASTSource(fn, signature, constexprs, attrs), options
+
+
+def compile_one(request: dict, capability: int) -> dict:
+    """Compile one launch; returns its figures or ``{"error": ...}``."""
+    from triton.compiler import compile
+
+    _, _, target, source, options = _bound(request, capability, list(map(_argument, request["args"])))
+    kernel = compile(source, target=target, options=options.__dict__)
     usage = resource_usage(kernel.asm["cubin"])
     return {"shared": int(kernel.metadata.shared), "num_warps": int(kernel.metadata.num_warps), **usage}
 
 
-def main() -> int:
-    capability = int(sys.argv[1])
-    results = []
-    for request in json.load(sys.stdin):
+def _generic(a: Any) -> Any:
+    """An argument as the worst case specializes it: every int an int32 that is neither 1 nor a
+    multiple of 16 (Triton folds the first into a constant and tags the second)."""
+    if isinstance(a, int) and not isinstance(a, bool):
+        return 3
+    return _argument(a)
+
+
+def int32_sites(request: dict, capability: int) -> list[str]:
+    """The int32 address arithmetic of the kernel that can pass 2**31 (``offsets``), read from the
+    Triton IR of its variant with every int argument an int32: front end and TTIR passes only."""
+    from triton._C.libtriton import ir
+    from triton.compiler.compiler import Language
+
+    from python_native.tools.kernel_report.offsets import int32_sites as sites
+
+    _, backend, target, source, options = _bound(request, capability, [_generic(a) for a in request["args"]])
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                            context)
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, Language.TRITON)
+    return [site.describe() for site in sites(stages["ttir"](module, {}).str())]
+
+
+def _figures(request: dict, capability: int) -> dict:
+    """``compile_one``'s figures and ``int32_sites``, each failure reported in place of its figure."""
+    out: dict[str, Any] = {}
+    for name, step in (("compiled", compile_one), ("int32", int32_sites)):
         try:
-            results.append(compile_one(request, capability))
+            value = step(request, capability)
         except Exception as e:  # reported per kernel; the others still compile
             cause = e
             while cause.__cause__ is not None:  # Triton's compile errors wrap the one that says why
                 cause = cause.__cause__
             message = str(cause).strip().splitlines()
-            results.append({"error": f"{type(cause).__name__}: {message[-1] if message else ''}"})
-    json.dump(results, sys.stdout)
+            value = {"error": f"{type(cause).__name__}: {message[-1] if message else ''}"}
+        if name == "compiled":
+            out.update(value)
+        elif isinstance(value, dict):
+            out["int32_error"] = value["error"]
+        else:
+            out["int32"] = value
+    return out
+
+
+def main() -> int:
+    capability = int(sys.argv[1])
+    json.dump([_figures(request, capability) for request in json.load(sys.stdin)], sys.stdout)
     return 0
 
 

@@ -3,27 +3,95 @@
 An entry names the check it excuses, the kernel (for ``traffic``: the aten op's symbol), and where it
 applies: a dtype and a row label prefix (``None``: every one). ``cost`` is what the report measured,
 so that an entry is revisited when the figure moves; ``check`` flags an entry that no longer matches.
+An ``int32`` entry names the cond's bound that keeps the kernel's int32 sites (``offsets``) below
+2**31, optionally one site (the start of its source line).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Excuse:
-    check: str  # spill | traffic | warps | unmeasured
+    check: str  # spill | traffic | warps | int32 | unmeasured
     kernel: str
     reason: str
     cost: str
     dtype: str | None = None
     label: str | None = None  # a prefix of the row's label, e.g. "softmax fwd+bwd 4096x32000"
+    site: str | None = None  # int32: the start of the source line it excuses (None: every one of the kernel)
+
+    def matches(self, finding: Any) -> bool:
+        """Whether this entry is about ``finding`` (a ``checks.Finding``), wherever it applies."""
+        return (self.check == finding.check and self.kernel == finding.kernel
+                and (self.site is None or finding.measured.startswith(self.site)))
 
     def covers(self, label: str, dtype: str) -> bool:
         return (self.dtype is None or self.dtype == dtype) and (self.label is None or label.startswith(self.label))
 
     def scope(self) -> str:
         return " ".join(filter(None, [self.label or "every row", self.dtype or "every dtype"]))
+
+
+def _bounded(kernels: tuple[str, ...], bound: str, site: str | None = None) -> tuple[Excuse, ...]:
+    """``int32`` entries: the kernels' int32 index arithmetic stays below 2**31 because the conds
+    decline every call past ``bound`` (``tests/triton/test_int32_edges.py`` plans launches there)."""
+    return tuple(Excuse("int32", k, reason=bound, cost="none within the bound: calls past it go to aten", site=site)
+                 for k in kernels)
+
+
+_ROWS = ("the conds take at most MAX_INDEX (2**31 - 2**20) rows, and rows whose in-row offsets "
+         "(n_cols - 1) * col_stride stay within MAX_INDEX (plans.layout.row_fits, plans.elementwise.plan_rows): "
+         "program_id * BLOCK_M, a slice's first column and cols * col_stride stay below 2**31; row indices are "
+         "widened to int64 before their product with the row stride")
+
+
+def int32_bounds() -> tuple[Excuse, ...]:
+    """The kernels whose int32 sites (``offsets``) their conds' bounds keep below 2**31."""
+    return (
+        *_bounded(("_softmax_fwd_kernel", "_softmax_bwd_kernel", "_softmax_slice_stats_kernel",
+                   "_softmax_slice_write_kernel", "_norm_fwd_kernel", "_norm_bwd_rows_kernel",
+                   "_norm_bwd_row_sums_kernel", "_norm_bwd_cols_kernel", "_column_sum_kernel", "_rows_fwd_kernel",
+                   "_rows_bwd_kernel"), _ROWS),
+        *_bounded(("_rows_kernel", "_cols_kernel"),
+                  "plans.reduce.reduce_plan declines more than MAX_INDEX (2**31 - 2**20) outer rows or reduced "
+                  "elements, and in-row or inner offsets (n - 1) * stride past MAX_INDEX: program ids times "
+                  "blocks, slice bounds and offsets within a row or across the inner columns stay below 2**31"),
+        *_bounded(("_act_fwd_kernel", "_act_bwd_kernel"),
+                  "the flat elementwise launch takes at most MAX_INDEX (2**31 - 2**20) elements (ops.why: "
+                  "'elements exceed int32 indexing'): program_id * BLOCK + arange stays below 2**31"),
+        *_bounded(("_bernoulli_kernel",),
+                  "dropout and bernoulli_ take at most MAX_INDEX (2**31 - 2**20) elements (ops.why: 'elements "
+                  "exceed int32 indexing'): program_id * BLOCK plus the four quarters of a block stay below 2**31"),
+        *_bounded(("_rotary_kernel",),
+                  "ops.rotary declines cos or sin spanning more than MAX_INDEX (2**31 - 2**20) elements and a q or "
+                  "k head dim whose columns span more: positions times cos's strides and columns times the head "
+                  "dim's stride stay below 2**31; heads are widened to int64"),
+        *_bounded(("_gn_stats_kernel", "_gn_normalize_kernel", "_gn_bwd_sums_kernel", "_gn_bwd_coeffs_kernel",
+                   "_gn_bwd_params_kernel", "_gn_bwd_dx_kernel"),
+                  "plans.group_norm declines samples whose in-sample offsets pass MAX_INDEX (2**31 - 2**20), and "
+                  "calls whose statistics (4 x N x group x splits), channel partials (2 x N x C x splits) or grids "
+                  "pass it: channel, position, statistics-row and partial indices stay below 2**31; samples are "
+                  "widened to int64"),
+        *_bounded(("_scatter_add_kernel",),
+                  "plans.scatter.scatter_plan declines more than MAX_INDEX (2**31 - 2**20) rows of the iteration "
+                  "space and more than MAX_INNER columns: the int32 tile indices stay below 2**31 before the "
+                  "kernel widens them"),
+        *_bounded(("_topk_kernel",),
+                  "plans.select declines more than MAX_COLS (2**31 - 2**20) rows or columns: a program's rows "
+                  "(before they are widened) and a chunk's columns stay below 2**31", site="rows = "),
+        *_bounded(("_topk_kernel",), "as rows: columns are at most MAX_COLS (2**31 - 2**20)", site="cols = "),
+        *_bounded(("_topk_kernel",), "plans.select declines k x the elements after the dim past MAX_COLS "
+                  "(2**31 - 2**20): an output's offset within its slice stays below 2**31", site="out = "),
+        *_bounded(("_topk_kernel",), "plans.select declines more than MAX_CHUNKS (65535) chunks and k past "
+                  "K_MAX (1024): a row's keys, n_chunks * k, stay below 2**26, far from MAX_COLS (2**31 - 2**20)",
+                  site="tl.store(KEYS_OUT"),
+        *_bounded(("_outer_kernel",), "ops.bmm declines a flat grid of more than MAX_INDEX (2**31 - 2**20) "
+                  "programs, batch x m past MAX_INDEX and n past it: program ids, a batch's tiles and the tile "
+                  "rows and columns stay below 2**31"),
+    )
 
 
 EXCEPTIONS: tuple[Excuse, ...] = (
@@ -111,4 +179,4 @@ EXCEPTIONS: tuple[Excuse, ...] = (
                "thinner; that trade is to be timed on a GPU, topk being unmeasured there so far",
         cost="16-20 resident warps per SM (112-122 registers per thread)",
     ),
-)
+) + int32_bounds()
