@@ -48,6 +48,7 @@ def _note(cache: Path, timeout: float = 900.0) -> dict:
     pytest.fail(f"the background build did not finish in {timeout:.0f} s; its log: {logs}")
 
 
+@pytest.mark.slow
 def test_a_first_process_builds_the_front_in_the_background_and_the_next_ones_load_it(tmp_path):
     cache = tmp_path / "cache"
     firsts = [_start_status(cache) for _ in range(3)]  # three processes at once: one builder
@@ -82,6 +83,7 @@ def _broken_compiler(tmp_path: Path) -> Path:
     return broken
 
 
+@pytest.mark.slow
 def test_a_failed_build_is_said_with_its_log_and_not_retried(tmp_path):
     cache, cxx = tmp_path / "cache", _broken_compiler(tmp_path)
     first = _status(cache, CXX=str(cxx))["front"]

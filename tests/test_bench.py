@@ -163,6 +163,7 @@ def test_calibrate_covers_the_indexing_ops(tmp_path, capsys):
     assert {r["op"] for r in table["rows"]} == ({"topk", "index_add", "index_add_"} if measured else set())
 
 
+@pytest.mark.slow
 def test_group_norm_and_dropout_rows(capsys):
     assert main(["bench", "--quick", "--json", "--dtypes", "float32", "--ops", "group_norm_cl,dropout"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

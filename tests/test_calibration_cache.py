@@ -38,6 +38,7 @@ def _run(args: list[str], env: dict[str, str], timeout: int = 300) -> subprocess
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @needs_triton
 @pytest.mark.skipif(ON_GPU, reason="measures the interpreter's CPU device (on a GPU it would calibrate the GPU)")
 def test_calibrate_writes_the_users_table_and_a_fresh_status_reports_it_in_force(tmp_path):

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN = r'''
@@ -66,6 +68,7 @@ def _train(check: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_model_training_with_dropout_runs_checked_and_draws_as_unchecked():
     checked = _train("1")
     expected = {"bernoulli_.float", "native_dropout", "native_dropout_backward", "topk", "native_layer_norm",

@@ -68,6 +68,7 @@ def scaled_softmax(x):
     return torch.softmax(x * 2, dim=-1) + 1
 
 
+@pytest.mark.slow
 def test_keep_runs_overrides_in_compiled_code_forward_and_backward(recorder, fresh_compile):
     backend = CountingInductor()
     compiled = torch.compile(scaled_softmax, backend=backend, dynamic=True)

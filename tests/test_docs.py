@@ -106,6 +106,7 @@ def test_fences_parse():
     assert blocks["user-guide.md"] and blocks["dsl-authors.md"] and blocks["runtime-wrappers.md"] and examples(README)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [README, *[p for p in PAGES if examples(p)]], ids=lambda p: p.name)
 def test_every_example_runs_alone_with_and_without_the_interpreter(page: Path, results):
     for name, code in _named_examples():

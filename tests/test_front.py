@@ -178,6 +178,7 @@ def _status(**env: str) -> dict:
     return json.loads(proc.stdout)["front"]
 
 
+@pytest.mark.slow
 def test_status_says_which_front_serves_and_why():
     cached = _status()
     assert cached["front"] == "compiled" and "cached build" in cached["why"] and cached["library"]
@@ -279,6 +280,7 @@ print("cycles", cycles, "calls", calls[0], pn.front.current())
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["python", "compiled"])
 def test_removing_an_ops_last_override_under_calling_threads_never_crashes(which, tmp_path):
     script = tmp_path / "stress.py"

@@ -144,7 +144,8 @@ def _interrupt_signal(cycles: _Cycles, seed: int) -> int:
     return raised[0]
 
 
-@pytest.mark.parametrize("deliver", [_interrupt_thread, _interrupt_signal], ids=["async-exception", "signal"])
+@pytest.mark.parametrize("deliver", [pytest.param(_interrupt_thread, marks=pytest.mark.slow), _interrupt_signal],
+                         ids=["async-exception", "signal"])
 def test_interrupts_anywhere_in_scopes_and_traces_leave_nothing_behind(deliver, overrides):
     if deliver is _interrupt_signal and not hasattr(signal, "setitimer"):
         pytest.skip("no signal.setitimer on this platform")

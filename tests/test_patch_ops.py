@@ -105,6 +105,7 @@ def test_rms_norm_backward_is_the_modules_gradient(module, offset, weight_in_fp3
         torch.testing.assert_close(a.float(), b, **tolerance)
 
 
+@pytest.mark.slow
 def test_gated_activation_and_rotary_backwards_are_derivatives(references):
     gate, up = _double((4, 6), (4, 6))
     assert torch.autograd.gradcheck(ops.swiglu, (gate, up))

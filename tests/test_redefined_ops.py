@@ -277,6 +277,7 @@ for which in FRONTS:
 """
 
 
+@pytest.mark.slow
 def test_callers_see_only_the_current_definition_while_the_op_is_defined_again_and_overridden(tmp_path):
     fronts = ["python"] + ([] if compiled_front_problem() is not None else ["compiled"])
     script = tmp_path / "stress.py"

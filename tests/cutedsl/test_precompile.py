@@ -22,6 +22,7 @@ def _precompile(cache, *args):
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow
 @requires_cutlass
 def test_second_run_reuses_every_entry(tmp_path):
     first = _precompile(tmp_path, *ARGS)
@@ -88,6 +89,7 @@ def test_bad_options_are_answered_in_one_line_before_compiling(in_process, tmp_p
     assert "Traceback" not in err and not list(tmp_path.iterdir())  # nothing compiled
 
 
+@pytest.mark.slow
 @requires_cutlass
 def test_progress_counts_kernels_with_an_eta(tmp_path):
     proc = _precompile(tmp_path, "--dsl", "cutedsl", "--op", "amax", "--dtype", "float32", "--size-class", "short")
