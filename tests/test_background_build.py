@@ -95,6 +95,7 @@ def test_a_failed_build_is_said_with_its_log_and_not_retried(tmp_path):
     assert "background build failed" in second["why"] and "precompile" in second["why"], second["why"]
 
 
+@pytest.mark.slow
 def test_a_machine_without_a_compiler_keeps_the_python_routers_with_one_line(tmp_path):
     info = _status(tmp_path / "cache", CXX=str(tmp_path / "no-such-c++"))["front"]
     assert info["front"] == "python" and info["background_build"] is None
@@ -102,6 +103,7 @@ def test_a_machine_without_a_compiler_keeps_the_python_routers_with_one_line(tmp
     assert not (tmp_path / "cache" / "front").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("switch", [("PYTHON_NATIVE_DISABLE", "1"), ("PYTHON_NATIVE_FRONT", "python"),
                                     ("PYTHON_NATIVE_BACKGROUND_BUILD", "0")], ids=lambda s: f"{s[0]}={s[1]}")
 def test_the_switches_start_no_build(tmp_path, switch):

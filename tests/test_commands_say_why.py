@@ -34,6 +34,7 @@ def _command(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @no_gpu
 def test_verify_with_nothing_to_check_fails_and_names_the_interpreter_switch():
     proc = _command("verify")

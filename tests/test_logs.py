@@ -70,12 +70,14 @@ def test_the_package_imported_before_torch_registers_its_names_in_time():
     assert "python_native: triton installed" in lines
 
 
+@pytest.mark.slow
 def test_nothing_new_is_printed_by_default():
     with_us = run(SOFTMAX)
     without_us = run(SOFTMAX, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert (with_us.stdout, with_us.stderr) == (without_us.stdout, without_us.stderr) == ("", "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["env", "set_logs"])
 def test_compile_events_name_op_variant_key_and_seconds(how):
     if how == "env" and not LOGS_AFTER_AUTOLOAD:

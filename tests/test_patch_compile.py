@@ -22,6 +22,7 @@ def fresh_compile():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["bypass", "keep"])
 def test_a_patched_model_compiles_to_one_graph_and_its_ops_reach_their_overrides(mode, fresh_compile):
     m = model("llama", num_hidden_layers=1)

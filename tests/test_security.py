@@ -234,6 +234,7 @@ def test_the_kernel_cache_rejects_a_planted_entry(tmp_path, how, no_problems):
 # ----- writes follow no planted link -----
 
 
+@pytest.mark.slow
 def test_precompile_writes_through_no_planted_link(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
