@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, requires_triton
+from triton_testing import DEVICE, elementwise_contract, requires_triton
 
 import python_native as pn
 from python_native.tools import verify
@@ -87,6 +87,13 @@ class Op:
     # norm backward's column strips, the outer product's tiles) the half dtypes stay narrow: their
     # casts are the same code at every width.
     wide_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    elementwise: bool = False  # special values checked against the op's contract (``elementwise_contract``)
+
+    def reference(self, layout: str, dtype: torch.dtype) -> Callable[..., Tensor]:
+        """aten's forward as the reference: an elementwise op's specials per its contract, in the dtypes
+        the kernels serve (float64 is declined, so aten's own path is on both sides)."""
+        contract = self.elementwise and layout == "specials" and dtype != torch.float64
+        return elementwise_contract(self.forward) if contract else self.forward
 
 
 def _softmax_dim(x: Tensor) -> int:
@@ -114,9 +121,10 @@ OPS = {
                             lambda lay, g: [x := _rows(lay, g), *_ln_params(x)], wide_dtypes=NARROW_HALF),
     "layer_norm_bare": Op("layer_norm_bare", lambda x: F.layer_norm(x, _ln_shape(x)), lambda lay, g: [_rows(lay, g)],
                           wide_dtypes=NARROW_HALF),
-    "gelu": Op("gelu", F.gelu, lambda lay, g: [_rows(lay, g) * 3]),
-    "gelu_tanh": Op("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda lay, g: [_rows(lay, g) * 3]),
-    "silu": Op("silu", F.silu, lambda lay, g: [_rows(lay, g) * 3]),
+    "gelu": Op("gelu", F.gelu, lambda lay, g: [_rows(lay, g) * 3], elementwise=True),
+    "gelu_tanh": Op("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda lay, g: [_rows(lay, g) * 3],
+                    elementwise=True),
+    "silu": Op("silu", F.silu, lambda lay, g: [_rows(lay, g) * 3], elementwise=True),
     "bmm": Op("bmm", torch.bmm, lambda lay, g: _bmm_inputs(lay, g),
               ("contiguous", "empty_rows", "stride0", "transposed", "specials", "wide", "inner_dim_2"), NARROW_HALF),
 }
@@ -166,10 +174,11 @@ def _run(body: Callable[[], list[Tensor | None]], scope) -> Outcome:
                    fired=any(e.dsl == "triton" and e.outcome == "override" for e in t.events))
 
 
-def _functional(op: Op, inputs: list[Tensor], grads: tuple[bool, ...], grad_seed: int) -> Callable[[], list]:
+def _functional(forward: Callable[..., Tensor], inputs: list[Tensor], grads: tuple[bool, ...],
+                grad_seed: int) -> Callable[[], list]:
     def body() -> list[Tensor | None]:
         leaves = [t.detach().requires_grad_(wants) for t, wants in zip(inputs, grads, strict=True)]
-        outs = op.forward(*leaves)
+        outs = forward(*leaves)
         outs = outs if isinstance(outs, tuple) else (outs,)
         out = outs[0]
         if out.requires_grad:
@@ -206,9 +215,9 @@ def _check(op: Op, layout: str, dtype: torch.dtype, grads: tuple[bool, ...], lab
     inputs = [_on_device(t, dtype) for t in op.make(layout, _seed(op.name, layout))]
     wide_inputs = [_on_device(t, torch.float64) for t in inputs]  # the truth sees the same (rounded) values
     seed = zlib.crc32(label.encode())
-    got = _run(_functional(op, inputs, grads, seed), pn.trace())
-    ref = _run(_functional(op, inputs, grads, seed), pn.triton.disabled())
-    truth = _run(_functional(op, wide_inputs, grads, seed), pn.triton.disabled())
+    got = _run(_functional(op.forward, inputs, grads, seed), pn.trace())
+    ref = _run(_functional(op.reference(layout, dtype), inputs, grads, seed), pn.triton.disabled())
+    truth = _run(_functional(op.reference(layout, dtype), wide_inputs, grads, seed), pn.triton.disabled())
     assert not ref.fired and not truth.fired
     _compare(got, ref, truth, label, len(got.tensors or ()) - len(inputs))
     if layout == "contiguous" and dtype == torch.float32:
@@ -342,15 +351,18 @@ def test_gelu_of_infinities_and_nan_is_aten_s(approximate, dtype):
     x = torch.tensor(values, device=DEVICE).to(dtype)
     grad = torch.linspace(-1, 1, len(values), device=DEVICE).to(dtype)
 
-    def run(scope):
+    def gelu(t: Tensor) -> Tensor:
+        return F.gelu(t, approximate=approximate)
+
+    def run(scope, forward: Callable[[Tensor], Tensor]):
         leaf = x.clone().requires_grad_()
         with scope, pn.trace() as t:
-            y = F.gelu(leaf, approximate=approximate)
+            y = forward(leaf)
             y.backward(grad)
         return y.detach(), leaf.grad, t.ops("override")
 
-    y, g, fired = run(pn.trace())
-    y_ref, g_ref, _ = run(pn.triton.disabled())
+    y, g, fired = run(pn.trace(), gelu)
+    y_ref, g_ref, _ = run(pn.triton.disabled(), elementwise_contract(gelu))
     assert fired == ["gelu", "gelu_backward"]
     torch.testing.assert_close(y, y_ref, equal_nan=True)
     torch.testing.assert_close(g, g_ref, equal_nan=True)

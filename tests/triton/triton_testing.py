@@ -47,6 +47,29 @@ class Run:
         return [e for e in self.events if e.dsl == "triton"]
 
 
+def elementwise_contract(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``fn`` (an elementwise aten op) as its contract computes it, for special values on the CPU.
+
+    The kernels serve the device a GPU build runs on; their special values (``gelu(inf) = inf``,
+    ``gelu(-inf) = NaN``) are aten's CUDA kernel's, which computes the op's formula element by
+    element. aten's vectorised CPU kernels need not agree lane by lane (on some x86 builds the
+    vector gelu gives NaN at +inf whatever ``ATEN_CPU_CAPABILITY`` says, while its scalar tail gives
+    inf), so on the CPU the reference applies ``fn`` to one element at a time: the scalar path, the
+    same formula as CUDA's. Elsewhere ``fn`` is the reference as it is. Autograd flows through, and
+    the result keeps ``x``'s layout as aten's elementwise ops do.
+    """
+    if DEVICE != "cpu":
+        return fn
+
+    def one_at_a_time(x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1)
+        parts = [fn(flat[i:i + 1]) for i in range(flat.numel())]
+        values = torch.cat(parts) if parts else fn(flat)
+        return torch.empty_like(x, dtype=values.dtype).copy_(values.view(x.shape))
+
+    return one_at_a_time
+
+
 def make(*shape: int, dtype: torch.dtype = torch.float32, requires_grad: bool = True, scale: float = 1.0) -> torch.Tensor:
     t = torch.randn(*shape, dtype=torch.float32, device=DEVICE) * scale
     return t.to(dtype).requires_grad_(requires_grad)
