@@ -23,7 +23,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import timeit
 import types
 import warnings
@@ -33,6 +32,7 @@ from packaging.version import Version
 
 import python_native as pn
 from python_native.features import calibration, front
+from python_native.foundations import safe_write
 
 warnings.filterwarnings("ignore")
 
@@ -72,10 +72,7 @@ def _table() -> str:
     rows = [{"dsl": "bench", "op": "maximum", "dtype": "float32", "bucket": b, "wins": b > 10, "last_dim": 4}
             for b in range(0, 21)]
     table = {"format": calibration.FORMAT, "device": "cpu", "torch": torch.__version__, "rows": rows}
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="router-overhead-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(table, f)
-    return path
+    return str(safe_write.new_temp_file(json.dumps(table), prefix="router-overhead-", suffix=".json"))
 
 
 def _install() -> list:

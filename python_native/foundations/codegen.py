@@ -249,24 +249,31 @@ def make_function(code: types.CodeType, namespace: dict, sig: OpSignature, name:
 
 
 def dump(source: str, filename: str) -> None:
-    """Write a generated router to the dump folder (``PYTHON_NATIVE_DUMP_DIR``).
+    """Write a generated router to the dump folder (``PYTHON_NATIVE_DUMP_DIR``), through ``safe_write``.
 
     Dumping is for reading, never for routing: a folder that cannot be written is reported once
-    (and in the status report) and the router is used all the same.
+    (and in the status report) and the router is used all the same. A folder the write rules refuse
+    (someone else could redirect what is written there: a link or another user's file at a router's
+    name, a folder others can write to) is not written to again by this process.
     """
-    from python_native.foundations import env, faults
+    from python_native.foundations import env, faults, safe_write
 
     folder = env.dump_dir()
-    if folder is None:
+    if folder is None or folder in _refused_dump_dirs:
         return
     variable = env.DUMP_DIR[0]
     try:
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, filename), "w", encoding="utf-8") as f:
-            f.write(source)
+        safe_write.write(os.path.join(folder, filename), source)
+    except safe_write.Untrusted as e:
+        _refused_dump_dirs.add(folder)
+        faults.report(variable, f"will not write generated routers to {folder!r}: {e.path} {e.why}",
+                      f"{e.remedy}; routers are not dumped there by this process", stacklevel=2)
     except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         faults.report(variable, f"cannot write generated routers to {folder!r} ({why})",
                       "set it to a writable folder or unset it; routers are not dumped meanwhile", stacklevel=2)
     else:
         faults.resolve(variable)
+
+
+_refused_dump_dirs: set[str] = set()  # dump folders the write rules refused: skipped from then on

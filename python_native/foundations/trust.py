@@ -12,11 +12,11 @@ there or changed it:
   the same rules), the file's size and SHA-256 match it, checked before anything reads or maps
   the file, so a truncated or altered library never reaches the loader.
 
-Writes are atomic and follow no link: a temporary file created with ``O_EXCL | O_NOFOLLOW`` in the
-target's folder, written, flushed and renamed over the target (a link planted at the target is
-replaced, never written through). Folders we create drop group and others' write bits whatever
-the umask. A check that fails raises ``Untrusted`` (an ``OSError``) naming the path, why, and what
-the user can do.
+Writes go through ``foundations.safe_write``, the one writer of every file the package writes:
+atomic, through no link, never into another user's file, in a folder nobody else can redirect.
+Folders we create drop group and others' write bits whatever the umask. A check that fails raises
+``Untrusted`` (an ``OSError``, defined beside the writer) naming the path, why, and what the user
+can do.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from python_native.foundations import safe_write
+from python_native.foundations.safe_write import Untrusted
+from python_native.foundations.safe_write import judge as _judge
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover  (non-POSIX: no cross-process lock, writes stay atomic)
@@ -41,41 +45,6 @@ _MAX_MANIFEST = 1 << 20
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-class Untrusted(OSError):
-    """A file or folder python-native will not use: ``path``, ``why`` and ``remedy`` say which, why
-    and how to make it usable."""
-
-    def __init__(self, path: str | os.PathLike[str], why: str, remedy: str) -> None:
-        super().__init__(f"{path}: {why}")
-        self.path, self.why, self.remedy = str(path), why, remedy
-
-
-def _owners() -> tuple[int, ...] | None:
-    """The owners whose files we trust (us and root); None where the platform has no owners."""
-    return (os.geteuid(), 0) if hasattr(os, "geteuid") else None
-
-
-def _judge(path: Path, info: os.stat_result, *, folder: bool, link_ok: bool = False) -> None:
-    """Raise ``Untrusted`` when ``info`` (an ``lstat`` of ``path``) shows that someone else could
-    have written or replaced what is at ``path``."""
-    owners = _owners()
-    if owners is None:  # pragma: no cover  (no ownership to check on this platform)
-        return
-    if stat.S_ISLNK(info.st_mode) and not link_ok:
-        raise Untrusted(path, "is a symbolic link, where python-native writes only real files and folders",
-                        f"remove the link {path}")
-    if info.st_uid not in owners:
-        raise Untrusted(path, f"belongs to another user (uid {info.st_uid})",
-                        f"remove {path}, or have it belong to you or root")
-    if stat.S_ISDIR(info.st_mode) != folder and not stat.S_ISLNK(info.st_mode):
-        raise Untrusted(path, "is not a regular file" if not folder else "is not a folder", f"remove {path}")
-    sticky = folder and info.st_mode & stat.S_ISVTX
-    if info.st_mode & _WRITABLE_BY_OTHERS and not sticky:
-        who = " and ".join(w for bit, w in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if info.st_mode & bit)
-        raise Untrusted(path, f"is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o}): anyone who can "
-                        "write there could plant code", f"chmod go-w {path}")
 
 
 def resolve_root(root: str | os.PathLike[str]) -> Path:
@@ -258,48 +227,26 @@ def forget(path: str | os.PathLike[str]) -> None:
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a fresh temporary file in its folder and a rename: a reader
-    sees the old file or the new one, and a link planted at ``path`` is replaced, not written through."""
-    _written(Path(path), data, mode, lambda tmp: os.replace(tmp, path))
+    """Write ``data`` to ``path`` through ``safe_write``: a fresh temporary file in its folder and a
+    rename, so a reader sees the old file or the new one, and nothing is written through a link."""
+    safe_write.write(path, data, mode=mode)
 
 
 def write_artefact(path: str | os.PathLike[str], data: bytes, meta: dict[str, Any] | None = None) -> None:
     """Write ``data`` to ``path`` atomically, with its manifest (``meta`` is kept in it)."""
-    _written(Path(path), data, 0o644, lambda tmp: publish(tmp, path, meta))
-
-
-def _written(path: Path, data: bytes, mode: int, finish: Any) -> None:
-    """Write ``data`` into a fresh temporary file beside ``path``, flushed, then ``finish(tmp)``."""
-    tmp = _fresh_temp(path, mode)
+    tmp = safe_write.temp_beside(path, 0o644, data)
     try:
-        fd = os.open(tmp, os.O_WRONLY | _NOFOLLOW | _CLOEXEC)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        finish(tmp)
+        publish(tmp, path, meta)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 
 
-def _fresh_temp(path: Path, mode: int) -> Path:
-    """A new, empty file of ours beside ``path`` (``O_EXCL``: never one someone else made), not
-    writable by group or others whatever the umask."""
-    tmp = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
-    try:
-        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~_WRITABLE_BY_OTHERS)
-    finally:
-        os.close(fd)
-    return tmp
-
-
 def temp_path(path: str | os.PathLike[str], mode: int = 0o644) -> Path:
     """A fresh temporary file beside ``path`` for a tool to write into (a compiler's output); publish
     it with ``publish``, or remove it."""
-    return _fresh_temp(Path(path), mode)
+    return safe_write.temp_beside(path, mode)
 
 
 def publish(tmp: str | os.PathLike[str], path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
@@ -318,12 +265,18 @@ def publish(tmp: str | os.PathLike[str], path: str | os.PathLike[str], meta: dic
     manifest = {"format": MANIFEST_FORMAT, "file": path.name, "size": size, "sha256": digest.hexdigest(),
                 "meta": meta or {}}
     write_atomic(manifest_path(path), json.dumps(manifest, indent=1, sort_keys=True).encode())
-    os.replace(tmp, path)
+    safe_write.put_in_place(tmp, path)
 
 
 def open_lock(path: str | os.PathLike[str]) -> int:
-    """A file descriptor on the lock file ``path`` (created if missing, never through a link)."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o644)
+    """A file descriptor on the lock file ``path`` (created if missing, never through a link, never
+    another user's: nothing is written into it, but a lock someone else holds would stop us)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o644)
+    info, owners = os.fstat(fd), safe_write.owners()
+    if owners is not None and (info.st_uid not in owners or not stat.S_ISREG(info.st_mode)):
+        os.close(fd)
+        raise Untrusted(path, f"is not a lock file of ours (uid {info.st_uid})", f"remove {path}")
+    return fd
 
 
 def try_lock(path: str | os.PathLike[str]) -> int | None:

@@ -29,7 +29,7 @@ from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
 from python_native.features.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
-from python_native.foundations import env, logs
+from python_native.foundations import env, logs, safe_write
 from python_native.foundations.speckey import SpecializationCache
 
 from ..target import DSL_NAME, dispatch_key, runtime_version
@@ -170,7 +170,7 @@ def load_object(payload: bytes, symbol: str) -> Any:
     """The ``tvm_ffi.Function`` named ``symbol`` in an exported object file."""
     with tempfile.TemporaryDirectory(prefix="python-native-") as tmp, _load_lock:
         path = os.path.join(tmp, symbol + ".o")
-        Path(path).write_bytes(payload)
+        safe_write.write(path, payload, create=False)
         module = load_module(path, enable_tvm_ffi=True)
         fn = getattr(module, symbol)
         _loaded_modules.append(module)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from python_native.features.calibration import sources, tables
-from python_native.foundations import trust
+from python_native.foundations import safe_write, trust
 
 
 @contextlib.contextmanager
@@ -30,8 +30,8 @@ def _locked(folder: Path) -> Iterator[None]:
 def _make_folder(folder: Path, user: bool) -> None:
     if user:
         trust.make_folder(folder, sources.user_root())
-    else:
-        folder.mkdir(parents=True, exist_ok=True)
+    else:  # a folder the user named: made and checked by the write rules (``safe_write``)
+        safe_write.real_folder(folder)
 
 
 def write_atomically(path: Path, text: str, lock: bool = True) -> None:

@@ -17,7 +17,6 @@ small JSON file written under the trust rules), which the status report of every
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -29,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from python_native.features.front import build
-from python_native.foundations import env, faults, trust
+from python_native.foundations import env, faults, safe_write, trust
 
 FAULT_SOURCE = "compiled front"
 PRECOMPILE = "python -m python_native precompile"
@@ -134,9 +133,7 @@ def _spawn(lock: int, library: Path, where: build.Place) -> _Builder:
     """Start the builder: detached (its own session), nice 19, the lock on descriptor 3, output to the log."""
     global _started
     log = log_path(library)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(log)  # a fresh file of ours, never one found there
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o644)
+    out = safe_write.open_fresh(log)  # a fresh file of ours renamed into place, never one found there
     copies: list[int] = []
     try:
         copies = [_above_stdio(out), _above_stdio(lock)]  # descriptors 0-3 are rewired in the builder

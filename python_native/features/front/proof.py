@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from python_native.foundations import env, nvml
+from python_native.foundations import env, nvml, safe_write
 
 MAX_BYTES = 1 << 16
 PROVE = "python -m python_native bench --prove-replay"
@@ -111,18 +110,8 @@ def find() -> tuple[bool, str]:
 def write(device_key: str, ops: list[dict[str, Any]], passed: bool) -> Path:
     """Write the proof of a run over ``ops`` on ``device_key`` (atomically; readable by this user alone)."""
     found = versions()
-    target = folder()
-    target.mkdir(parents=True, exist_ok=True)
-    path = target / filename(device_key, found)
+    path = folder() / filename(device_key, found)
     document = {"device": device_key, **found, "result": "pass" if passed else "fail", "ops": ops,
                 "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    fd, tmp = tempfile.mkstemp(dir=target, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(document, f, indent=1, sort_keys=True)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    safe_write.write(path, json.dumps(document, indent=1, sort_keys=True), mode=0o600)
     return path

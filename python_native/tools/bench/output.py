@@ -88,6 +88,18 @@ def plot(rows: Sequence[Row], path: str) -> int:
         ax.set_ylabel("speedup vs aten")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
     plt.close(fig)
     return unfired
+
+
+def _save(fig: Any, path: str) -> None:
+    """Render ``fig`` in memory (in the format ``path``'s suffix names) and write it through ``safe_write``."""
+    import io
+    from pathlib import Path
+
+    from python_native.foundations import safe_write
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=110, format=Path(path).suffix.lstrip(".").lower() or None)
+    safe_write.write(Path(path).expanduser(), buffer.getvalue())

@@ -154,9 +154,10 @@ def _prove_replay(args: argparse.Namespace) -> int:
 
 
 def _write_json(path: str, env: dict, rows: list) -> None:
+    from python_native.foundations import safe_write
     from python_native.tools import bench
 
-    Path(path).write_text(bench.json_document(env, rows) + "\n")
+    safe_write.write(Path(path), bench.json_document(env, rows) + "\n")
 
 
 def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[str] | None) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib
 import sys
-import tempfile
 import traceback
 
+from python_native.foundations.safe_write import Untrusted
 from python_native.tools.commands.usage import EXIT_USAGE, PROG, Parser, UsageError, report
 
 # name -> module under python_native.tools.commands; the first is the default.
@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         report(args.command, str(e), as_json)
         return EXIT_USAGE
+    except Untrusted as e:  # a write the rules refuse (a link or another user's file at its name...)
+        report(args.command, f"will not write {e.line()}", as_json)
+        return 1
     except BrokenPipeError:  # `python -m python_native | head`: the reader left, nothing to report
         sys.stdout = None
         return 0
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _keep_traceback(command: str) -> str:
     """Write the exception being handled to a new file in the temporary folder; its path."""
-    with tempfile.NamedTemporaryFile("w", prefix=f"python-native-{command}-", suffix=".txt", delete=False) as f:
-        traceback.print_exc(file=f)
-    return f.name
+    from python_native.foundations import safe_write
+
+    return str(safe_write.new_temp_file(traceback.format_exc(), prefix=f"python-native-{command}-", suffix=".txt"))
 

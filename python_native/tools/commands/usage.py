@@ -64,6 +64,12 @@ def writable_file(option: str, path: str | None, suffixes: tuple[str, ...] = ())
     if suffixes and target.suffix.lower().lstrip(".") not in suffixes:
         raise UsageError(f"{option} {path}: unknown file type {target.suffix or '(none)'!r}; "
                          f"allowed: {', '.join('.' + s for s in suffixes)}")
+    from python_native.foundations import safe_write
+
+    try:
+        safe_write.check(target)  # the write rules, before the run rather than at its end
+    except safe_write.Untrusted as e:
+        raise UsageError(f"{option} {path}: {e.line()}") from None
     return target
 
 

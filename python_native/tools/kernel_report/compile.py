@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from python_native.foundations import safe_write
 from python_native.tools.kernel_report.launches import Launch
 
 _results: dict[tuple, dict] = {}
@@ -67,9 +68,9 @@ def compile_all(requests_by_key: dict[tuple, dict], capability: int) -> dict[tup
         procs = []
         for i, share in enumerate(shares):
             path = os.path.join(folder, str(i))
-            with open(f"{path}.in", "w") as f:
-                json.dump([req for _, req in share], f)
-            with open(f"{path}.in") as stdin, open(f"{path}.out", "w") as stdout, open(f"{path}.err", "w") as stderr:
+            safe_write.write(f"{path}.in", json.dumps([req for _, req in share]), create=False)
+            with open(f"{path}.in") as stdin, os.fdopen(safe_write.open_fresh(f"{path}.out"), "w") as stdout, \
+                    os.fdopen(safe_write.open_fresh(f"{path}.err"), "w") as stderr:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "python_native.tools.kernel_report.compile_worker", str(capability)],
                     stdin=stdin, stdout=stdout, stderr=stderr, env=_worker_env(),

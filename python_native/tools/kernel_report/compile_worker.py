@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from typing import Any
 
 _RES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -42,10 +41,13 @@ def _tool(name: str) -> str:
 
 def resource_usage(cubin: bytes) -> dict[str, int]:
     """Registers per thread, stack and local bytes per thread, static shared bytes, from the cubin."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True, check=True)
+    from python_native.foundations import safe_write
+
+    path = safe_write.new_temp_file(cubin, suffix=".cubin")
+    try:
+        out = subprocess.run([_tool("cuobjdump"), "-res-usage", str(path)], capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(path)
     match = _RES.search(out.stdout)
     if match is None:
         raise RuntimeError(f"cuobjdump printed no resource usage: {out.stdout.strip()[:200]}")
