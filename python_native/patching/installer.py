@@ -3,7 +3,11 @@
 ``patch`` walks ``model.named_modules()``. Each module goes to the module rules in order; the
 first plan wins, and a ``LeftAlone`` is reported when no rule takes the module. The modules no
 module rule took then show their forward's global names to the function rules (each function is
-matched once). Matching happens inside ``probe.session()`` (every DSL off). Then it installs:
+matched once). A target whose forward (or function) has side effects in its source
+(``effects.writes``) is refused by every rule but those that keep its forward: the matcher's probe
+raises instead of running it, and the report says what the forward writes. Matching happens inside
+``probe.session()`` (every DSL off) and ``probe.preserved(model)`` (nothing a probe did to the
+model stays). Then it installs:
 
 - a module's replacement as an instance attribute ``forward`` (``nn.Module.__call__`` finds it
   before the class's; hooks run as before), wrapped to set the module scope;
@@ -28,7 +32,7 @@ from typing import Any
 
 from torch import nn
 
-from python_native.patching import probe, runtime
+from python_native.patching import effects, probe, runtime
 from python_native.patching import rules as rules_
 from python_native.patching.report import PatchReport
 from python_native.patching.rules import LeftAlone, PatchRule
@@ -92,12 +96,25 @@ def _cache_key(module: nn.Module) -> tuple:
     return type(module), tensors(module), children, plain
 
 
-def _ask(rule: PatchRule, target: Any) -> Any:
-    """The matcher's answer; a matcher that raises leaves the target alone, saying so."""
+def _ask(rule: PatchRule, target: Any, effect: str | None = None) -> Any:
+    """The matcher's answer; a matcher that raises leaves the target alone, saying so. Where the
+    target has a side ``effect`` that the rule's replacement would drop, no probe runs it, and a
+    plan is turned into a ``LeftAlone`` naming the effect."""
+    refused = None if rule.keeps_forward else effect
     try:
-        return rule.matcher(target)
+        with probe.refusing(refused):
+            answer = rule.matcher(target)
+    except probe.Refused as e:
+        return LeftAlone(_unprobed(e.reason))
     except Exception as e:  # one bad rule must not stop the others
         return LeftAlone(f"the {rule.name} rule's matcher raised {type(e).__name__}: {e}")
+    if refused is not None and answer is not None and not isinstance(answer, LeftAlone):
+        return LeftAlone(_unprobed(refused))
+    return answer
+
+
+def _unprobed(effect: str) -> str:
+    return f"{effect}: a replacement would drop that, so it was neither probed nor routed"
 
 
 def _decide(module: nn.Module, rules: list[PatchRule], cache: dict) -> tuple[PatchRule | None, Any]:
@@ -110,8 +127,9 @@ def _decide(module: nn.Module, rules: list[PatchRule], cache: dict) -> tuple[Pat
     except TypeError:  # an unhashable attribute: no sharing
         pass
     answer: tuple[PatchRule | None, Any] = (None, None)
+    effect = effects.writes(type(module).forward, owner=type(module))
     for rule in rules:
-        result = _ask(rule, module)
+        result = _ask(rule, module, effect)
         if result is None:
             continue
         if not isinstance(result, LeftAlone):
@@ -169,8 +187,9 @@ def _match(model: nn.Module, rules: list[PatchRule], report: PatchReport, status
             continue
         for namespace, fname, function in _called_functions(module):
             if function not in function_answers:
+                effect = effects.writes(function, "the function")
                 function_answers[function] = next(
-                    ((r, a) for r in function_rules if (a := _ask(r, function)) is not None), (None, None))
+                    ((r, a) for r in function_rules if (a := _ask(r, function, effect)) is not None), (None, None))
             frule, fplan = function_answers[function]
             if frule is None:
                 continue
@@ -222,7 +241,7 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
             return _states[model].report
         report = PatchReport(type(model).__name__)
         devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
-        with probe.session(devices):
+        with probe.session(devices), probe.preserved(model):
             taken, functions = _match(model, selected, report, "would patch" if dry_run else "patched")
         if dry_run:
             return report

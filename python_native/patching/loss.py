@@ -17,6 +17,11 @@ the loss is then computed from those hidden states with the call's ``ignore_inde
 ``shift_labels`` and ``num_items_in_batch``. The output carries that loss and no logits. Calls the
 probe did not cover (``logits_to_keep``, ``return_dict=False``, an auxiliary loss in the output)
 run the model's own forward with the labels.
+
+The replacement runs the model's own forward on every call, so what that forward does besides
+computing stays (``keeps_forward``). The probe's run leaves no trace on the model (the installer
+puts its state back); a submodule whose forward declares a ``global`` or ``nonlocal``, or prints,
+would act once more than called, so such a model's loss is left alone.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from python_native.ops import linear_cross_entropy_op as lce
-from python_native.patching import probe, runtime
+from python_native.patching import effects, probe, runtime
 from python_native.patching.rules import LeftAlone, PatchRule
 
 OP = "linear_cross_entropy.forward"
@@ -109,6 +114,14 @@ def match_causal_lm_loss(module: nn.Module) -> LossPlan | LeftAlone | None:
     name, head = found
     if probe.is_meta(module):
         return LeftAlone("parameters on the meta device: no probe can run the forward")
+    own = effects.writes(type(head).forward, f"{name}'s forward", owner=type(head))
+    if own is not None:
+        return LeftAlone(f"{own}: the fused loss would not run it")
+    outside = next((why for m in module.modules()
+                    if (why := effects.writes(type(m).forward, f"{type(m).__name__}'s forward", ("global", "print"), type(m)))),
+                   None)
+    if outside is not None:
+        return LeftAlone(f"{outside}: the probe would run it once more than called")
     try:
         (out, ids), seen = _probe_forward(module, head)
     except Exception as e:
@@ -180,4 +193,5 @@ def replace_causal_lm_loss(module: nn.Module, plan: LossPlan):
 
 
 RULES = [PatchRule("causal_lm_loss", match_causal_lm_loss, replace_causal_lm_loss, ops=("linear_cross_entropy",),
-                   description="the causal-LM loss, fused from the hidden states (no logits materialised)")]
+                   description="the causal-LM loss, fused from the hidden states (no logits materialised)",
+                   keeps_forward=True)]

@@ -4,7 +4,11 @@ Matchers confirm a replacement numerically rather than trusting names: the modul
 and the candidate see the same random probe and must agree exactly (dtype, shape, every bit).
 ``session()`` holds every DSL off while matchers run (aten's kernels and the declared ops'
 references only: what a patched model computes with the DSLs off), without gradients, with the
-random number generators forked (a probe never moves the user's random stream) and warnings muted.
+random number generators forked (a probe never moves the user's random stream: torch's, Python's
+``random``, numpy's where loaded) and warnings muted. ``preserved(model)`` puts back what a probe
+could leave on the model (attributes, buffers, gradients, the ``training`` flags). While
+``refusing(why)`` is open (a target whose forward has side effects), ``attempt`` runs nothing and
+raises ``Refused``: the installer reports the target left alone, without having run it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import logging
+import random
+import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +31,29 @@ from python_native.core.registry import REGISTRY
 from python_native.foundations import dsl_registry
 
 SEED = 20240613
+log = logging.getLogger("python_native")
+
+
+class Refused(Exception):
+    """A probe asked to run a target whose forward has side effects (``refusing``)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+_refusal = threading.local()
+
+
+@contextlib.contextmanager
+def refusing(reason: str | None) -> Iterator[None]:
+    """While open (``reason`` not None), ``attempt`` raises ``Refused(reason)`` instead of running."""
+    previous = getattr(_refusal, "reason", None)
+    _refusal.reason = reason
+    try:
+        yield
+    finally:
+        _refusal.reason = previous
 
 
 @contextlib.contextmanager
@@ -30,12 +61,65 @@ def session(devices: list[int] | None = None) -> Iterator[None]:
     """Matchers run inside: every DSL off, no grad, forked RNG, warnings muted."""
     names = list(dsl_registry.names())
     token = REGISTRY.hold("dsl", names)
+    py_state = random.getstate()
+    numpy = sys.modules.get("numpy")
+    np_state = numpy.random.get_state() if numpy is not None else None
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=devices or []), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
+        random.setstate(py_state)
+        if np_state is not None:
+            numpy.random.set_state(np_state)
         REGISTRY.release("dsl", names, token)
+
+
+def _shallow(module: nn.Module) -> dict[str, Any]:
+    """A module's attributes, its dicts (parameters, buffers, children, hooks) copied one level."""
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in vars(module).items()}
+
+
+def _put_back(module: nn.Module, saved: dict[str, Any]) -> None:
+    attrs = vars(module)
+    for key in [k for k in attrs if k not in saved]:
+        del attrs[key]
+    for key, value in saved.items():
+        current = attrs.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            if list(current) != list(value) or any(current[k] is not v for k, v in value.items()):
+                current.clear()
+                current.update(value)
+        elif current is not value:
+            attrs[key] = value
+
+
+@contextlib.contextmanager
+def preserved(model: nn.Module) -> Iterator[None]:
+    """Whatever probes do to ``model`` is undone after: every module's attributes (the ``training``
+    flag, plain values, which tensors it holds), buffers' values, parameters' ``grad`` and
+    ``requires_grad``. A parameter changed in place cannot be put back (no copy is kept): warned."""
+    modules = list(model.modules())
+    saved = [(m, _shallow(m)) for m in modules]
+    buffers = [(b, b._version, b.detach().clone()) for m in modules for b in m._buffers.values() if b is not None]
+    params = [(p, p._version, p.grad, p.requires_grad) for p in model.parameters()]
+    try:
+        yield
+    finally:
+        for m, attrs in saved:
+            _put_back(m, attrs)
+        with torch.no_grad():
+            for b, version, value in buffers:
+                if b._version != version:
+                    b.copy_(value)
+        for p, version, grad, requires_grad in params:
+            if p.grad is not grad:
+                p.grad = grad
+            if p.requires_grad != requires_grad:
+                p.requires_grad_(requires_grad)
+            if p._version != version:
+                log.warning("python_native: a patch probe changed a parameter of shape %s in place; it cannot be "
+                            "put back", tuple(p.shape))
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32, device: Any = "cpu", scale: float = 1.0,
@@ -64,7 +148,11 @@ def close(a: Any, b: Any, rtol: float = 1e-3, atol: float = 1e-3) -> bool:
 
 
 def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)``, or None where it raises (a candidate that cannot take the probe)."""
+    """``fn(*args, **kwargs)``, or None where it raises (a candidate that cannot take the probe);
+    ``Refused`` while ``refusing`` is open, without running it."""
+    reason = getattr(_refusal, "reason", None)
+    if reason is not None:
+        raise Refused(reason)
     try:
         return fn(*args, **kwargs)
     except Exception:

@@ -15,6 +15,11 @@ A rule answers for one kind of target (``PatchRule.target``):
 recognise. Matchers run with every DSL held off (references and aten's kernels only), under
 ``torch.no_grad()``, so they can confirm on a small probe that the replacement computes what the
 module computes, bit for bit. Rules registered later are tried first; the first plan wins.
+
+A replacement stands in for the forward, so whatever else the forward does (counting its calls,
+logging, keeping state on a module or in a global) would stop: a target whose forward's source shows
+such an effect (``effects.writes``) is left alone, unprobed, by every rule unless ``keeps_forward``
+(its replacement still runs the target's own forward on every call, as the fused loss does).
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ class LeftAlone:
 @dataclass(frozen=True)
 class PatchRule:
     """One rule: ``name`` (shown in reports), ``matcher``, ``replacement`` (see the module's docstring),
-    the public names of the ops its replacement calls (``ops``, for the reach report), and what it
-    applies to (``target``)."""
+    the public names of the ops its replacement calls (``ops``, for the reach report), what it
+    applies to (``target``), and whether its replacement still runs the target's own forward on
+    every call (``keeps_forward``: targets with side effects are then not refused)."""
 
     name: str
     matcher: Callable[[Any], Any]
@@ -46,6 +52,7 @@ class PatchRule:
     ops: tuple[str, ...] = ()
     target: str = "module"
     description: str = ""
+    keeps_forward: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
