@@ -3,18 +3,23 @@
 This is the one list of the variables python-native reads: every reader asks this module, and the
 status report lists ``SWITCHES``. Where torch's in-tree ``torch._native`` has a name for the same
 switch, ours comes first and torch's second, so a process configured for one is configured for the
-other. Values are validated where they are read: a flag that is not one of the accepted spellings
-is warned about once, counts as unset (the default), and is named in the status report (see
-``faults``).
+other. Each variable is read by its rule (``RULES``, carried out by ``env_rules``): the reading of
+the library that reads it too (torch, Triton, CuTe DSL, the XDG rule), else python-native's own
+(spaces around a value ignored, empty is unset). Values are validated where they are read: a value
+its rule refuses is warned about once in one line, counts as unset (the default), and is named in
+the status report (see ``faults``), cut short when long. ``docs/environment.md`` tabulates them.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from python_native.foundations import env_rules as rules
 from python_native.foundations import faults
 
 DISABLE_ALL = ("PYTHON_NATIVE_DISABLE", "TORCH_DISABLE_NATIVE_JIT")
@@ -68,9 +73,30 @@ SWITCHES: tuple[tuple[tuple[str, ...], str], ...] = (
                  "python_native_compile (kernel compiles)"),
 )
 
-_FALSY = frozenset({"", "0", "false", "no", "off"})
-_TRUTHY = frozenset({"1", "true", "yes", "on"})
-FLAG_SPELLINGS = "1/0, true/false, yes/no or on/off"
+# How each variable is read (``env_rules``): another library's reading where it reads it too.
+RULES: dict[str, str] = {
+    **{name: "flag" for names in (DISABLE_ALL, SKIP_VERSION_CHECK, TRITON_INTERPRET, CHECK, BACKGROUND_BUILD,
+                                  UNMEASURED, CUTEDSL, REPLAY) for name in names[:1]},
+    **{name: "text" for names in (ORDER_FN, FRONT, BENCHMARK, VARIANTS) for name in names[:1]},
+    **{name: "path" for names in (DUMP_DIR, CALIBRATION, CACHE_DIR) for name in names},
+    DISABLE_ALL[1]: "torch flag", SKIP_VERSION_CHECK[1]: "torch flag", ORDER_FN[1]: "torch text",
+    TRITON_INTERPRET[1]: "Triton flag", CUTE_DSL_ARCH[0]: "CuTe DSL text", XDG_CACHE_HOME[0]: "XDG path",
+    CXX[0]: "torch text", TORCH_LOGS[0]: "torch logs",
+}
+FLAG_SPELLINGS = rules.FLAG_SPELLINGS
+
+
+def _text(name: str) -> str | None:
+    """``name``'s value by its rule, None when it reads as unset (a path no file system holds included)."""
+    rule, raw = RULES.get(name, "text"), os.environ.get(name)
+    if rule in ("torch text", "torch logs", "torch flag", "Triton flag"):
+        return raw or None  # os.getenv's value as it is; empty reads as unset
+    if rule == "CuTe DSL text":
+        return raw  # CuTe DSL takes any value it is set to, even an empty one
+    if rule == "XDG path":
+        return rules.xdg_path(name, raw)
+    value = rules.ours(raw)
+    return rules.path(name, value) if rule == "path" else value
 
 
 def _first(names: tuple[str, ...]) -> str | None:
@@ -80,29 +106,25 @@ def _first(names: tuple[str, ...]) -> str | None:
 
 def _first_set(names: tuple[str, ...]) -> tuple[str, str] | None:
     for name in names:
-        value = os.environ.get(name)
-        if value is not None and value.strip():
-            return name, value.strip()
+        value = _text(name)
+        if value is not None:
+            return name, value
     return None
 
 
+def _on(name: str) -> bool:
+    rule, raw = RULES.get(name, "flag"), os.environ.get(name)
+    if rule == "torch flag":
+        return rules.torch_flag(name, raw)
+    if rule == "Triton flag":
+        return rules.triton_flag(name, raw)
+    return bool(rules.our_flag(name, raw))
+
+
 def _flag(names: tuple[str, ...]) -> bool:
-    """Whether any of ``names`` is set to a true spelling; a value that is neither true nor false
-    counts as unset (off), warned about once and named in the status report."""
-    on = False
-    for name in names:
-        value = os.environ.get(name)
-        if value is None:
-            continue
-        word = value.strip().lower()
-        if word in _TRUTHY:
-            on = True
-        elif word not in _FALSY:
-            faults.report(name, f"{value!r} is not a flag value", f"use {FLAG_SPELLINGS}; treated as unset (off)",
-                          stacklevel=3)
-            continue
-        faults.resolve(name)
-    return on
+    """Whether any of ``names`` is on, each read by its own rule; a value its rule refuses counts
+    as off, warned about once and named in the status report."""
+    return any([_on(name) for name in names])  # a list: every name is read (and reported)
 
 
 def overrides_disabled() -> bool:
@@ -115,9 +137,18 @@ def skip_version_check() -> bool:
     return _flag(SKIP_VERSION_CHECK)
 
 
+_DOTTED = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)+")
+
+
 def order_fn_setting() -> tuple[str, str] | None:
-    """``(variable, dotted path)`` of the ordering function, naming whichever variable set it."""
-    return _first_set(ORDER_FN)
+    """``(variable, dotted path)`` of the ordering function, naming whichever variable set it (a
+    value that is no dotted path is reported, and the default order used)."""
+    found = _first_set(ORDER_FN)
+    if found is not None and _DOTTED.fullmatch(found[1]) is None:
+        rules.bad(found[0], f"ordering function {rules.shown(found[1])} is not a dotted path such as "
+                  "pkg.module.function", "the default order is used")
+        return None
+    return found
 
 
 def dump_dir() -> str | None:
@@ -146,36 +177,62 @@ def cache_dir() -> str | None:
 
 
 def user_cache_base() -> str | None:
-    """``$XDG_CACHE_HOME`` when set."""
+    """``$XDG_CACHE_HOME`` when set to an absolute path (the XDG rule), else None."""
     return _first(XDG_CACHE_HOME)
 
 
+_ARCH = re.compile(r"sm_\d{2,3}[af]?")
+
+
 def cute_dsl_arch() -> str | None:
-    """The architecture CuTe DSL kernels are compiled for when set (``sm_90a``), else None."""
-    return _first(CUTE_DSL_ARCH)
+    """The architecture CuTe DSL kernels are compiled for when set (``sm_90a``), else None (a value
+    that is no architecture, an empty one included, is reported: the device's own is used)."""
+    value = _first(CUTE_DSL_ARCH)
+    if value is None or _ARCH.fullmatch(value):
+        rules.fine(CUTE_DSL_ARCH[0])
+        return value
+    rules.bad(CUTE_DSL_ARCH[0], f"{rules.shown(value)} is not a GPU architecture",
+              "use the form sm_90a (sm_<major><minor>, optionally a or f); the device's own is used")
+    return None
 
 
 def cxx() -> str | None:
-    """The C++ compiler named by ``$CXX``, or None."""
-    return _first(CXX)
+    """The C++ compiler named by ``$CXX`` (as torch's C++ extensions read it: the value as it is,
+    even empty), or None when unset."""
+    return os.environ.get(CXX[0])
+
+
+def compiler_program() -> str | None:
+    """The C++ compiler on PATH that ``$CXX`` names (as it is), else ``c++``; None when there is none
+    (a set ``$CXX`` that names no program is reported)."""
+    name = cxx()
+    found = shutil.which("c++" if name is None else name)
+    if found is None and name is not None:
+        rules.bad(CXX[0], f"{rules.shown(name)} is no program on PATH",
+                  "set it to a C++ compiler (g++, clang++), or unset it for c++; the compiled front is not built")
+    elif name is not None:
+        rules.fine(CXX[0])
+    return found
 
 
 def torch_logs() -> str:
-    """torch's ``TORCH_LOGS`` setting ("" when unset), where it names our loggers too."""
-    return _first(TORCH_LOGS) or ""
+    """torch's ``TORCH_LOGS`` setting as torch parses it, spaces taken out ("" when unset, or when
+    torch refuses it), where it names our loggers too."""
+    return rules.torch_logs(TORCH_LOGS[0], os.environ.get(TORCH_LOGS[0]))
 
 
 @contextmanager
 def torch_logs_without(names: Sequence[str]) -> Iterator[None]:
     """``TORCH_LOGS`` with the settings of ``names`` (``+name``, ``-name``, ``name``) left out while
-    the block runs (for torch's own import, which refuses names not registered yet); restored after."""
+    the block runs (for torch's own import, which refuses names not registered yet); restored after.
+    A setting torch refuses whatever it names is left as it is, for torch to answer."""
     name = TORCH_LOGS[0]
-    setting = os.environ.get(name)
-    if not setting:
+    setting, parsed = os.environ.get(name), torch_logs()
+    if not setting or not parsed:
         yield
         return
-    kept = ",".join(t for t in setting.split(",") if t.strip().lstrip("+-") not in names)
-    if kept.strip():
+    kept = ",".join(sign + entry for sign, entry in rules.names_torch_logs_sets(parsed) if entry not in names)
+    if kept:
         os.environ[name] = kept
     else:
         del os.environ[name]
@@ -186,7 +243,7 @@ def torch_logs_without(names: Sequence[str]) -> Iterator[None]:
 
 
 def triton_runtime_interprets() -> bool:
-    """Whether Triton's own ``TRITON_INTERPRET`` is on (what Triton reads as its kernels are defined)."""
+    """Whether Triton's own ``TRITON_INTERPRET`` is on, read as Triton reads it as its kernels are defined."""
     return _flag(TRITON_INTERPRET[1:])
 
 
@@ -196,33 +253,28 @@ def check_overrides() -> bool:
     return _flag(CHECK)
 
 
+FRONT_CHOICES = ("python", "compiled")
+
+
 def front_setting() -> str | None:
-    """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset."""
+    """``PYTHON_NATIVE_FRONT`` as set (lower case), None when unset or not a choice (reported)."""
     value = _first(FRONT)
-    return value.lower() if value is not None else None
+    if value is None or value.lower() in FRONT_CHOICES:
+        rules.fine(FRONT[0])
+        return value.lower() if value is not None else None
+    rules.bad(FRONT[0], f"{rules.shown(value)} is not one of {list(FRONT_CHOICES)}", "treated as unset")
+    return None
 
 
 def background_build_allowed() -> bool:
     """Whether a process that finds no compiled front may start its build in the background (on
     unless set to a false spelling; a malformed value warns once and counts as unset)."""
-    names = BACKGROUND_BUILD
-    value = os.environ.get(names[0])
-    return value is None or not value.strip() or _flag(names) or value.strip().lower() not in _FALSY
+    return rules.our_flag(BACKGROUND_BUILD[0], os.environ.get(BACKGROUND_BUILD[0]), default="unset (on)") is not False
 
 
 def replay_setting() -> bool | None:
     """``PYTHON_NATIVE_REPLAY`` as a flag, None when unset (or not a flag value: warned about once)."""
-    found = _first_set(REPLAY)
-    if found is None:
-        faults.resolve(REPLAY[0])
-        return None
-    word = found[1].lower()
-    if word in _TRUTHY or word in _FALSY:
-        faults.resolve(REPLAY[0])
-        return word in _TRUTHY
-    faults.report(REPLAY[0], f"{found[1]!r} is not a flag value", f"use {FLAG_SPELLINGS}; treated as unset",
-                  stacklevel=3)
-    return None
+    return rules.our_flag(REPLAY[0], os.environ.get(REPLAY[0]), default="unset")
 
 
 def unmeasured_allowed() -> bool:
@@ -233,13 +285,13 @@ def unmeasured_allowed() -> bool:
 def benchmark_mode() -> bool | str:
     """``PYTHON_NATIVE_BENCHMARK``: True for a true flag spelling, ``"unmeasured"``, else False (a
     value that is neither warns once, counts as unset and is named in the status report)."""
-    found = _first_set(BENCHMARK)
-    if found is not None and found[1].lower() == BENCHMARK_UNMEASURED:
+    value = _first(BENCHMARK)
+    if value is not None and value.lower() == BENCHMARK_UNMEASURED:
         faults.resolve(BENCHMARK[0])
         return BENCHMARK_UNMEASURED
-    if found is not None and found[1].lower() not in _TRUTHY | _FALSY:
-        faults.report(BENCHMARK[0], f"{found[1]!r} is not a flag value nor {BENCHMARK_UNMEASURED!r}",
-                      f"use {FLAG_SPELLINGS}, or {BENCHMARK_UNMEASURED}; treated as unset (off)", stacklevel=4)
+    if value is not None and value.lower() not in rules.TRUTHY | rules.FALSY:
+        rules.bad(BENCHMARK[0], f"{rules.shown(value)} is not a flag value nor {BENCHMARK_UNMEASURED!r}",
+                  f"use {FLAG_SPELLINGS}, or {BENCHMARK_UNMEASURED}; treated as unset (off)")
         return False
     return _flag(BENCHMARK)
 
@@ -266,9 +318,8 @@ def variant_choices() -> list[tuple[str, str]]:
         else:
             malformed.append(entry)
     if malformed:
-        faults.report(VARIANTS[0], f"malformed entries {malformed!r} dropped",
-                      "write each entry as op=variant, separated by ';' (e.g. 'aten::_softmax=aten;bmm=default')",
-                      stacklevel=3)
+        rules.bad(VARIANTS[0], f"malformed entries {rules.shown(';'.join(malformed))} dropped",
+                  "write each entry as op=variant, separated by ';' (e.g. 'aten::_softmax=aten;bmm=default')")
     else:
         faults.resolve(VARIANTS[0])
     return pairs
@@ -285,7 +336,7 @@ def check_unknown() -> list[str]:
     for name in unknown:
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         fix = f"did you mean {close[0]}?" if close else f"the variables read are {', '.join(known)}"
-        faults.report(name, "no such variable: python_native ignores it", fix, stacklevel=3)
+        rules.bad(name, "no such variable: python_native ignores it", fix)
     return unknown
 
 
@@ -295,18 +346,29 @@ def import_time_values() -> tuple[str | None, ...]:
     return tuple(os.environ.get(name) for name in (*DISABLE_ALL, *TRITON_INTERPRET))
 
 
+_READERS = {
+    DISABLE_ALL: overrides_disabled, SKIP_VERSION_CHECK: skip_version_check, ORDER_FN: order_fn_setting,
+    DUMP_DIR: dump_dir, TRITON_INTERPRET: triton_interpret, CHECK: check_overrides, FRONT: front_setting,
+    BACKGROUND_BUILD: background_build_allowed, CALIBRATION: calibration_path, UNMEASURED: unmeasured_allowed,
+    BENCHMARK: benchmark_mode, CUTEDSL: cutedsl_opted_in, CACHE_DIR: cache_dir, CUTE_DSL_ARCH: cute_dsl_arch,
+    XDG_CACHE_HOME: user_cache_base, CXX: compiler_program, VARIANTS: variant_choices, REPLAY: replay_setting,
+    TORCH_LOGS: torch_logs,
+}
+
+
 def current() -> list[dict[str, str | None]]:
     """Each switch: its name, the variable that set it (when an alias did), its value, its meaning,
     and what is wrong with the value (``problem``, None when nothing is)."""
     rows = []
     for names, meaning in SWITCHES:
+        _READERS[names]()  # each value checked by its reader, so its problem is listed even before it is used
         found = _first_set(names)
         problems = [p for p in (faults.problem_of(name) for name in names) if p is not None]
         rows.append(
             {
                 "name": names[0],
                 "set_by": found[0] if found is not None else None,
-                "value": found[1] if found is not None else None,
+                "value": rules.cut(found[1]) if found is not None else None,
                 "meaning": meaning,
                 "problem": "; ".join(problems) or None,
             }

@@ -18,15 +18,21 @@ _problems: dict[str, dict[str, str]] = {}  # source -> {"source", "problem", "fi
 _lock = threading.Lock()
 
 
-def report(source: str, problem: str, fix: str, *, stacklevel: int = 2) -> None:
+def report(source: str, problem: str, fix: str, *, stacklevel: int = 2, located: bool = True) -> None:
     """Record that ``source`` (a variable's name, a DSL, a folder) has ``problem``; warn the first
-    time this problem is reported for it. ``fix`` says what the user can do (and what is used meanwhile)."""
+    time this problem is reported for it. ``fix`` says what the user can do (and what is used meanwhile).
+    ``located=False``: the warning names no line of code (the fix is in the environment), so it is one line."""
     entry = {"source": source, "problem": problem, "fix": fix}
     with _lock:
         new = _problems.get(source) != entry
         _problems[source] = entry
-    if new:
-        warnings.warn(f"python_native: {source}: {problem}; {fix}", UserWarning, stacklevel=stacklevel + 1)
+    if not new:
+        return
+    message = f"python_native: {source}: {problem}; {fix}"
+    if located:
+        warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
+    else:
+        warnings.warn_explicit(message, UserWarning, "<environment>", 0, module="python_native")
 
 
 def resolve(source: str) -> None:

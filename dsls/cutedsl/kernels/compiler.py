@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import tempfile
 import threading
 import time
@@ -177,19 +176,11 @@ def load_object(payload: bytes, symbol: str) -> Any:
     return fn
 
 
-_ARCH = re.compile(r"sm_\d{2,3}[af]?")
-
-
 def device_arch(index: int | None = None) -> str:
     """The ``--gpu-arch`` of a CUDA device: ``sm_90a`` on an H100 (arch-specific features on)."""
-    override = env.cute_dsl_arch()
+    override = env.cute_dsl_arch()  # checked there: None when it is no architecture (reported)
     if override:
-        if _ARCH.fullmatch(override):
-            return override
-        from python_native.foundations import faults
-
-        faults.report("CUTE_DSL_ARCH", f"{override!r} is not a GPU architecture",
-                      "use the form sm_90a (sm_<major><minor>, optionally a or f); the device's own is used")
+        return override
     import torch
 
     major, minor = torch.cuda.get_device_capability(index)

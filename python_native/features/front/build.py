@@ -29,7 +29,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -100,8 +99,7 @@ def place() -> Place:
 
 def compiler() -> str | None:
     """The C++ compiler a build would use (``$CXX``, else ``c++``), resolved; None when absent."""
-    name = env.cxx() or "c++"
-    found = shutil.which(name)
+    found = env.compiler_program()
     return os.path.realpath(found) if found else None
 
 
