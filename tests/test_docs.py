@@ -167,7 +167,10 @@ def test_ci_runs_the_readmes_test_command_then_the_slow_tests():
     main, tests = [body.strip() for info, body in FENCE.findall(setup) if info.strip() == "bash"]
     assert main.endswith("python -m python_native") and '-m "not slow"' in tests
     steps = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line]
-    assert steps == [tests, 'python -m pytest -q -m slow']
+    assert steps[:2] == [tests, 'python -m pytest -q -m slow']
+    # then the edge values under aten's other CPU capabilities, as the README says
+    assert all("ATEN_CPU_CAPABILITY=" in step and "test_edge_grid.py" in step for step in steps[2:]) and steps[2:]
+    assert "ATEN_CPU_CAPABILITY=default" in setup and "avx2" in setup
 
 
 def test_the_logging_example_is_what_registration_logs(tmp_path: Path):
