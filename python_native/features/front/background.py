@@ -13,6 +13,9 @@ Nothing starts where the user said no: ``PYTHON_NATIVE_DISABLE=1``, ``PYTHON_NAT
 (the status report says so in one line), or a build that failed for this key before (``precompile``
 shows the compiler's output and retries). The builder notes its state in ``<library>.build`` (a
 small JSON file written under the trust rules), which the status report of every process reads.
+
+No process of a build outlives the builder, a builder that died is cleaned up after by the next, and
+the starting process reaps its builder whether or not it asks for the status (``processes``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from python_native.features.front import build
+from python_native.features.front import build, processes
 from python_native.foundations import env, faults, safe_write, trust
 
 FAULT_SOURCE = "compiled front"
@@ -49,6 +52,13 @@ class _Builder:
     @property
     def log(self) -> Path:
         return log_path(self.library)
+
+    def ended(self, code: int | None) -> None:
+        """The builder exited with ``code`` (None: reaped by someone else; its note says how it went)."""
+        if code is None:
+            code = 0 if read_state(self.library, self.where).get("state") == "built" else 1
+        self.finished = time.time()
+        self.exit_code = code
 
 
 _started: _Builder | None = None
@@ -152,6 +162,7 @@ def _spawn(lock: int, library: Path, where: build.Place) -> _Builder:
         for fd in (out, *copies):
             os.close(fd)
     _started = _Builder(pid, time.time(), library, where)
+    processes.reap(pid, _started.ended)  # no zombie, whether or not this process asks for the status
     return _started
 
 
@@ -175,16 +186,8 @@ def progress() -> str | None:
     b = _started
     if b is None:
         return None
-    if b.exit_code is None:
-        try:
-            pid, status = os.waitpid(b.pid, os.WNOHANG)
-            code = os.waitstatus_to_exitcode(status) if pid else None
-        except ChildProcessError:  # reaped by someone else: its note says how it went
-            state = read_state(b.library, b.where).get("state")
-            code = None if state not in ("built", "failed") else 0 if state == "built" else 1
-        if code is None:
-            return _building(b)
-        b.exit_code, b.finished = code, time.time()
+    if b.exit_code is None or b.finished is None:  # its reaper has not seen it exit
+        return _building(b)
     if b.exit_code == 0:
         return (f"built in the background in {b.finished - b.since:.0f} s (pid {b.pid}): processes started from now "
                 "on load the compiled front; this one keeps the Python routers")
@@ -239,15 +242,25 @@ def main(argv: list[str]) -> int:
     if build.library_path() != library:
         print(f"this process would build {build.library_path()}, not {library}: nothing built", flush=True)
         return 2
+    processes.guard_group(3)  # from here on, no compiler outlives this process
+    recovered = processes.recover(3, library)
+    if recovered:
+        print(f"{_clock(time.time())} {recovered}", flush=True)
     _note(library, state="building", pid=os.getpid(), since=time.time())
     print(f"{_clock(time.time())} building the compiled dispatch front: {library}", flush=True)
+    processes.stop_on_signals()
     try:
         _, path, cached, seconds = build.build(lock_held=True)
+    except processes.Stopped as e:  # not a failure: the next process to start a build starts it again
+        print(f"{_clock(time.time())} stopped by signal {e.signum}: nothing built", flush=True)
+        return 128 + e.signum
     except Exception as e:  # noted for every later process, which then starts no build
+        processes.clear(3)
         traceback.print_exc()
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _note(library, state="failed", at=time.time(), error=f"{type(e).__name__}: {first}"[:300], log=str(log_path(library)))
         return 1
+    processes.clear(3)
     _note(library, state="built", at=time.time(), seconds=round(seconds, 1))
     print(f"{_clock(time.time())} {'already built' if cached else f'built in {seconds:.0f} s'}: {path}", flush=True)
     return 0
