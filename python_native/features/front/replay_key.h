@@ -2,10 +2,11 @@
 //
 // A key names everything a recorded launch list depends on: per tensor argument its dtype,
 // device, sizes and strides (concrete tensors only: no SymInt is ever read), whether its data
-// pointer is 16-byte aligned (what Triton specializes pointers on), and how it shares memory
-// with an earlier tensor argument; every other argument by value (ints, floats by their bits,
-// bools, lists of them, strings, devices). An argument of any other kind makes the call
-// unkeyable: it goes to Python.
+// pointer is 16-byte aligned (what Triton specializes pointers on), and which earlier tensor
+// arguments its memory overlaps (by address range, whatever storages hold them: two storages can
+// share memory, ``torch.from_numpy`` twice over one buffer) and at what distance; every other
+// argument by value (ints, floats by their bits, bools, lists of them, strings, devices). An
+// argument of any other kind makes the call unkeyable: it goes to Python.
 
 #pragma once
 
@@ -51,8 +52,34 @@ inline int64_t device_code(const c10::Device& d) {
   return static_cast<int64_t>(d.type()) * 1024 + static_cast<int64_t>(d.index()) + 1;
 }
 
-// Appends a concrete, strided tensor's part of the key; false for anything else.
-inline bool key_tensor(const at::Tensor& t, Key& key) {
+// The bytes a tensor's elements span, ``[lo, hi)``, and its data pointer, always inside (an empty
+// tensor spans one byte at it): tensors whose ranges do not overlap have different data pointers.
+// Overlap of these ranges, whatever storages hold them, is what replay keys and places pointers by.
+struct ByteRange {
+  uintptr_t lo, hi, data;  // no initializers: the key builder keeps an array of them per call
+
+  bool overlaps(const ByteRange& o) const { return lo < o.hi && o.lo < hi; }
+  bool holds(uintptr_t address) const { return lo <= address && address < hi; }
+};
+
+inline ByteRange byte_range(uintptr_t data, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t item) {
+  int64_t below = 0, above = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return {data, data + 1, data};
+    const int64_t span = (sizes[d] - 1) * strides[d];
+    (span < 0 ? below : above) += span;
+  }
+  return {data + below * item, data + (above + 1) * item, data};
+}
+
+inline ByteRange byte_range(const at::Tensor& t) {
+  return byte_range(reinterpret_cast<uintptr_t>(t.const_data_ptr()), t.sizes(), t.strides(),
+                    static_cast<int64_t>(t.itemsize()));
+}
+
+// Appends a concrete, strided tensor's part of the key and sets ``range`` to its bytes; false for
+// anything else.
+inline bool key_tensor(const at::Tensor& t, Key& key, ByteRange& range) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   if (impl->has_symbolic_sizes_strides() || !impl->has_storage() || t.layout() != c10::kStrided || t.is_conj() ||
       t.is_neg()) {
@@ -68,6 +95,7 @@ inline bool key_tensor(const at::Tensor& t, Key& key) {
   key.append(strides.begin(), strides.end());
   const auto address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
   key.push_back(((address & 15) == 0 ? 1 : 0) | (impl->is_wrapped_number() ? 2 : 0));
+  range = byte_range(address, sizes, strides, static_cast<int64_t>(t.itemsize()));
   return true;
 }
 
@@ -97,27 +125,23 @@ inline void key_string(const std::string& s, Key& key) {
   }
 }
 
-// Tensors seen so far in a call: their memory, to key how later ones share it.
+// Tensors seen so far in a call: their memory, to key how later ones overlap it.
 struct SeenTensors {
-  const c10::StorageImpl* storage[kMaxTensors];
-  const char* data[kMaxTensors];
+  ByteRange range[kMaxTensors];
   size_t count = 0;
 
-  // Appends how ``t`` shares memory with an earlier tensor (nothing when it does not); false past the limit.
-  bool add(const at::Tensor& t, Key& key) {
-    const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-    const char* d = static_cast<const char*>(t.const_data_ptr());
+  // Appends, per earlier tensor whose bytes ``r``'s overlap, its index and the distance between
+  // their data pointers (nothing when none: distinct inputs); false past the limit.
+  bool add(const ByteRange& r, Key& key) {
+    if (count == kMaxTensors) return false;
     for (size_t j = 0; j < count; ++j) {
-      if (storage[j] == s) {
+      if (r.overlaps(range[j])) {
         key.push_back(kAliasTag);
         key.push_back(static_cast<int64_t>(j));
-        key.push_back(static_cast<int64_t>(d - data[j]));
-        break;
+        key.push_back(static_cast<int64_t>(r.data - range[j].data));
       }
     }
-    if (count == kMaxTensors) return false;
-    storage[count] = s;
-    data[count++] = d;
+    range[count++] = r;
     return true;
   }
 };
@@ -127,14 +151,15 @@ inline bool key_tensor_argument(const at::Tensor& t, Key& key, CallInfo& info, S
     key.push_back(kUndefinedTag);
     return true;
   }
-  if (!key_tensor(t, key)) return false;
+  ByteRange range;
+  if (!key_tensor(t, key, range)) return false;
   if (!info.has_tensor) {
     info.device = t.device();
     info.has_tensor = true;
   } else if (t.device() != info.device) {
     return false;  // one device per replayed call
   }
-  return seen.add(t, key);
+  return seen.add(range, key);
 }
 
 // The key of the ``n`` arguments at ``args``; false where the call cannot be keyed (it then goes to

@@ -2,10 +2,11 @@
 //
 // A record is made from the launches the impl made (handed over from Python, with the tensors
 // they were given) and the outputs the call returned. Each pointer a launch was given becomes a
-// reference: to an input argument (plus a byte offset), or to a buffer the impl allocated (an
-// output's memory or its scratch, plus an offset). Outputs become views of those buffers (dtype,
-// storage offset, sizes, strides). Everything else is a constant. Anything that does not fit
-// (an output no launch wrote, one that shares an input's memory, a tensor on another device)
+// reference: to an input argument whose elements' address range holds it (plus a byte offset),
+// or to a buffer the impl allocated (an output's memory or its scratch, plus an offset). Outputs
+// become views of those buffers (dtype, storage offset, sizes, strides). Everything else is a
+// constant. Anything that does not fit (an output no launch wrote, one that shares an input's
+// memory, a tensor on another device, a pointer into an input's storage outside its elements)
 // refuses the record, with why: such a call keeps the Python path.
 
 #pragma once
@@ -89,29 +90,27 @@ class Placer {
  public:
   Placer(Record& record, const std::vector<c10::IValue>& inputs) : record_(record), inputs_(inputs) {}
 
-  // Sets ``out`` to where ``t`` lives; returns why it cannot be placed (empty when it can).
+  // Sets ``out`` to where ``t`` lives; returns why it cannot be placed (empty when it can). A
+  // pointer into an input's elements is placed by address, relative to the first input whose
+  // bytes hold it: the key names every overlap of the inputs and the distance between their
+  // pointers, so in any call of the key that is the same place of the same memory.
   std::string place(const at::Tensor& t, Param& out) {
     if (t.device() != record_.device) return "a launch was given a tensor on another device";
-    const char* ptr = static_cast<const char*>(t.const_data_ptr());
-    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-    int input = -1;
-    for (size_t i = 0; i < inputs_.size() && input < 0; ++i) {  // the input itself first
-      if (tensor_at(i) != nullptr && tensor_at(i)->const_data_ptr() == ptr) input = static_cast<int>(i);
-    }
-    for (size_t i = 0; i < inputs_.size() && input < 0; ++i) {  // else a view into an input's memory
-      if (tensor_at(i) != nullptr && tensor_at(i)->storage().unsafeGetStorageImpl() == storage) {
-        input = static_cast<int>(i);
+    const auto address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const at::Tensor* input = tensor_at(i);
+      if (input != nullptr && byte_range(*input).holds(address)) {
+        out.kind = kInput;
+        out.index = static_cast<int32_t>(i);
+        out.offset = static_cast<int64_t>(address - reinterpret_cast<uintptr_t>(input->const_data_ptr()));
+        return "";
       }
     }
-    if (input >= 0) {
-      out.kind = kInput;
-      out.index = input;
-      out.offset = ptr - static_cast<const char*>(tensor_at(input)->const_data_ptr());
-      return "";
-    }
+    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    if (shares_input_memory(storage)) return "a launch was given an input's memory outside the input's elements";
     out.kind = kBuffer;
     out.index = buffer_of(storage);
-    out.offset = ptr - static_cast<const char*>(storage->data());
+    out.offset = static_cast<int64_t>(address - reinterpret_cast<uintptr_t>(storage->data()));
     return "";
   }
 
@@ -128,11 +127,7 @@ class Placer {
       return "an output is not a plain strided tensor on the call's device";
     }
     const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      if (tensor_at(i) != nullptr && tensor_at(i)->storage().unsafeGetStorageImpl() == storage) {
-        return "an output shares an input's memory";
-      }
-    }
+    if (shares_input_memory(storage)) return "an output shares an input's memory";
     for (size_t b = 0; b < storages_.size(); ++b) {
       if (storages_[b] == storage) {
         out.buffer = static_cast<int32_t>(b);
@@ -151,6 +146,18 @@ class Placer {
     const c10::IValue& v = inputs_[i];
     if (!v.isTensor() || !v.toTensor().defined()) return nullptr;
     return &v.toTensor();
+  }
+
+  // Whether ``storage`` is an input's, or its bytes overlap an input's (another storage over its memory).
+  bool shares_input_memory(const c10::StorageImpl* storage) const {
+    const auto lo = reinterpret_cast<uintptr_t>(storage->data());
+    const ByteRange bytes{lo, lo + storage->nbytes(), lo};
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const at::Tensor* input = tensor_at(i);
+      if (input == nullptr) continue;
+      if (input->storage().unsafeGetStorageImpl() == storage || bytes.overlaps(byte_range(*input))) return true;
+    }
+    return false;
   }
 
   int32_t buffer_of(const c10::StorageImpl* storage) {
