@@ -84,9 +84,9 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.module = module_scope.current()
 
 
-def _table_grads(ctx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, Tensor | None]:
+def _table_grads(ctx, grad_q: Tensor, grad_k: Tensor, cos: Tensor, sin: Tensor, q: Tensor,
+                 k: Tensor) -> tuple[Tensor | None, Tensor | None]:
     """The gradients of ``cos`` and ``sin`` in plain torch, summed back to their shape."""
-    cos, sin, q, k = ctx.saved_tensors
     dim = ctx.options[0]
     shape = cos.unsqueeze(dim).shape
     grads = []
@@ -98,12 +98,14 @@ def _table_grads(ctx, grad_q: Tensor, grad_k: Tensor) -> tuple[Tensor | None, Te
 
 
 def _autograd_backward(ctx, grad_q, grad_k):
-    cos, sin = ctx.saved_tensors[:2]
+    # Read once: checkpointing (non-reentrant) and saved-tensor hooks allow one unpack per backward.
+    saved = ctx.saved_tensors
+    cos, sin = saved[:2]
     unsqueeze_dim, q_dtype, k_dtype = ctx.options
     with module_scope.inside(ctx.module):
         grad_q_in, grad_k_in = BACKWARD(grad_q, grad_k, cos, sin, unsqueeze_dim)
     needs = ctx.needs_input_grad
-    grad_cos, grad_sin = _table_grads(ctx, grad_q, grad_k) if len(ctx.saved_tensors) > 2 else (None, None)
+    grad_cos, grad_sin = _table_grads(ctx, grad_q, grad_k, *saved) if len(saved) > 2 else (None, None)
     return (grad_q_in.to(q_dtype) if needs[0] else None, grad_k_in.to(k_dtype) if needs[1] else None,
             grad_cos, grad_sin, None)
 
