@@ -97,14 +97,16 @@ def forward(x: Tensor, w: Tensor, target: Tensor, b: Tensor | None, ignore_index
     return loss, lse
 
 
-def reduce(loss: Tensor, target: Tensor, reduction: str, ignore_index: int, dtype: torch.dtype) -> Tensor:
-    """The op's output from per-token losses: as ``F.cross_entropy`` reduces (mean over kept tokens)."""
+def reduce(loss: Tensor, target: Tensor, reduction: str, ignore_index: int) -> Tensor:
+    """The ``.forward`` overload's loss from per-token losses, as ``F.cross_entropy`` reduces (mean over
+    kept tokens), kept in ``loss``'s dtype (``accumulation_dtype``): never rounded to a half-precision
+    input's dtype, so a sum of per-token losses taken after keeps fp32's precision."""
     if reduction == "none":
-        return loss.to(dtype)
+        return loss
     total = loss.sum()
     if reduction == "mean":
         total = total / (target != ignore_index).sum()
-    return total.to(dtype)
+    return total
 
 
 def row_scale(grad: Tensor, target: Tensor, reduction: str, ignore_index: int) -> Tensor:

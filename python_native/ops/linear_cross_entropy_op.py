@@ -9,7 +9,10 @@ Three overloads of one packet, so ``pn.operations_disabled("linear_cross_entropy
 
 - ``linear_cross_entropy`` (what users call): composite, returns the loss;
 - ``linear_cross_entropy.forward`` -> ``(loss, lse)``: the reference kernel, a fake kernel and
-  autograd; overrides attach here;
+  autograd; overrides attach here. Its loss (per token, or reduced) is fp32 for half-precision
+  inputs (``cross_entropy_chunks.accumulation_dtype``): the causal-LM loss rule sums per-token
+  losses that were never rounded to bf16. The composite casts it to the input's dtype, as
+  ``F.cross_entropy`` returns it;
 - ``linear_cross_entropy.backward`` -> ``(grad_input, grad_weight, grad_bias)``, recomputing the
   logits from the saved log-sum-exp; overrides attach here too. Gradients ``output_mask`` leaves
   out come back as empty tensors.
@@ -73,7 +76,7 @@ def run_forward(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | No
     check_arguments(input, weight, target, bias, reduction, label_smoothing)
     chunks.check_targets(target, weight.shape[0], ignore_index)
     loss, lse = chunks.forward(input, weight, target, bias, ignore_index, label_smoothing, step)
-    return chunks.reduce(loss, target, reduction, ignore_index, input.dtype), lse
+    return chunks.reduce(loss, target, reduction, ignore_index), lse
 
 
 def run_backward(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, lse: Tensor,
@@ -102,9 +105,8 @@ def _reference_backward(grad, input, weight, target, bias, lse, reduction, ignor
 
 def _fake_forward(input, weight, target, bias=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
     check_arguments(input, weight, target, bias, reduction, label_smoothing)
-    n = input.shape[0]
-    loss = input.new_empty((n,) if reduction == "none" else ())
-    return loss, input.new_empty((n,), dtype=chunks.accumulation_dtype(input.dtype))
+    n, dtype = input.shape[0], chunks.accumulation_dtype(input.dtype)
+    return input.new_empty((n,) if reduction == "none" else (), dtype=dtype), input.new_empty((n,), dtype=dtype)
 
 
 def _fake_backward(grad, input, weight, target, bias, lse, reduction, ignore_index, label_smoothing, output_mask):
@@ -133,16 +135,23 @@ def _autograd_backward(ctx, grad_loss, _grad_lse):
             grad_bias if mask[2] else None, None, None, None)
 
 
-def _composite(input, weight, target, bias=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+def full_precision_loss(input: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None = None,
+                        reduction: str = "mean", ignore_index: int = -100, label_smoothing: float = 0.0) -> Tensor:
+    """The loss as the ``.forward`` overload returns it, fp32 for half-precision inputs (never
+    rounded to their dtype). Under autocast, as autocast runs F.linear then F.cross_entropy: the
+    GEMMs in the autocast dtype, the loss in fp32; the casts sit above autograd, so fp32 parameters
+    get fp32 gradients."""
     device = input.device.type
-    if not torch.is_autocast_enabled(device):
-        return FORWARD(input, weight, target, bias, reduction, ignore_index, label_smoothing)[0]
-    # As autocast runs F.linear then F.cross_entropy: the GEMMs in the autocast dtype, the loss in
-    # fp32. The casts sit above autograd, so fp32 parameters get fp32 gradients.
-    dtype = torch.get_autocast_dtype(device)
-    bias = bias.to(dtype) if bias is not None else None
-    loss = FORWARD(input.to(dtype), weight.to(dtype), target, bias, reduction, ignore_index, label_smoothing)[0]
-    return loss.float()
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        input, weight, bias = input.to(dtype), weight.to(dtype), bias.to(dtype) if bias is not None else None
+    return FORWARD(input, weight, target, bias, reduction, ignore_index, label_smoothing)[0]
+
+
+def _composite(input, weight, target, bias=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    loss = full_precision_loss(input, weight, target, bias, reduction, ignore_index, label_smoothing)
+    # In the input's dtype, as F.cross_entropy returns it; in fp32 under autocast, as there.
+    return loss if torch.is_autocast_enabled(input.device.type) else loss.to(input.dtype)
 
 
 # The user-facing overload first: a call of the packet resolves to the first overload that fits.
@@ -150,7 +159,7 @@ OP = declared.declare(SCHEMA, composite=_composite,
                       doc="F.cross_entropy(F.linear(input, weight, bias), target, ...) without the logits")
 FORWARD = declared.declare(FORWARD_SCHEMA, reference=_reference_forward, fake=_fake_forward,
                            backward=_autograd_backward, setup_context=_setup_context,
-                           doc="(loss, per-token log-sum-exp) in token chunks")
+                           doc="(loss, per-token log-sum-exp) in token chunks, both fp32 for half inputs")
 BACKWARD = declared.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
                             doc="gradients recomputing the logits chunk by chunk")
 

@@ -69,8 +69,9 @@ def fused_loss(head: nn.Linear, hidden: torch.Tensor, labels: torch.Tensor, opti
     target = shifted.reshape(-1).to(hidden.device)
     x = hidden.reshape(-1, hidden.shape[-1])
     runtime.routing(OP, x)
-    # Per-token losses, reduced in fp32: a half-precision model's loss keeps fp32's precision.
-    per_token = lce.OP(x, head.weight, target, head.bias, "none", ignore_index).float()
+    # Per-token losses in fp32 (never rounded to a half-precision model's dtype), reduced in fp32:
+    # the loss keeps fp32's precision, as transformers' loss of fp32 copies of the logits does.
+    per_token = lce.full_precision_loss(x, head.weight, target, head.bias, "none", ignore_index).float()
     count = options.get("num_items_in_batch")
     if count is None:
         return per_token.sum() / (target != ignore_index).sum()
