@@ -19,29 +19,26 @@ Importing never imports a DSL runtime: kernels load on the first call that needs
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Iterable
 
 # ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
-# dispatch core when imported: all of them, before any override registers. ``ops`` declares the
-# operators the package adds outside aten, before backends attach overrides to them.
+# dispatch core when imported: all of them, before any override registers. The operators the package
+# adds outside aten (``python_native.ops``) are declared on first use (``_declare_ops``), and the
+# parts of the API a process may never use (model patching, the status snapshot, variant choices)
+# load on first access (``_LAZY``): ``import torch`` pays only for what installs the overrides.
 from python_native.foundations import logs  # noqa: F401
 
 # isort: split
-from python_native import ops  # noqa: F401
-from python_native.core import variants as _variants
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration, checked, compiled, front, native_bridge  # noqa: F401
-from python_native.features.checked import OverrideMismatch
-from python_native.foundations import dsl_registry, env, public_names, speckey, uncompiled
+from python_native.foundations import declared, dsl_registry, env, public_names, uncompiled
 from python_native.foundations.trace_summary import TraceSummary
 from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceEvent
-from python_native.ops import linear_cross_entropy
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel import mounting as _module
-from python_native.panel import snapshot
-from python_native.panel.choices import get_override_variant, override_variant, set_override_variant
 from python_native.panel.controller import (
     DSLController,
     Scope,
@@ -54,18 +51,44 @@ from python_native.panel.controller import (
     op_targets,
     require_overload,
 )
-from python_native.panel.filter_state import FILTER_STATE as _FILTER_STATE
-from python_native.patching import (
-    LeftAlone,
-    PatchReport,
-    PatchRule,
-    patch,
-    patch_rules,
-    patched,
-    register_patch_rule,
-    unpatch,
-)
-from python_native.patching.reach import ReachReport, reach
+
+# Public names loaded on first access: name -> (module, attribute of it; None: the module itself).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "ops": ("python_native.ops", None),
+    "linear_cross_entropy": ("python_native.ops", "linear_cross_entropy"),
+    "speckey": ("python_native.foundations.speckey", None),
+    "OverrideMismatch": ("python_native.features.checked", "OverrideMismatch"),
+    "snapshot": ("python_native.panel.snapshot", None),
+    **{name: ("python_native.panel.choices", name)
+       for name in ("get_override_variant", "override_variant", "set_override_variant")},
+    "patching": ("python_native.patching", None),
+    **{name: ("python_native.patching", name)
+       for name in ("LeftAlone", "PatchReport", "PatchRule", "patch", "patch_rules", "patched", "register_patch_rule",
+                    "unpatch")},
+    "ReachReport": ("python_native.patching.reach", "ReachReport"),
+    "reach": ("python_native.patching.reach", "reach"),
+}
+
+
+def __getattr__(name: str):
+    """The names of ``_LAZY``, imported on first access and kept (PEP 562)."""
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module 'python_native' has no attribute {name!r}")
+    module_name, attribute = found
+    value = importlib.import_module(module_name)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def _declare_ops() -> None:
+    """Declare the package's own operators (``torch.ops.python_native.*``): run on first lookup."""
+    from python_native import ops  # noqa: F401
+
+
+declared.declare_on_first_use(_declare_ops)
 
 __version__ = "0.1.0"
 
@@ -172,7 +195,9 @@ def register_op_override(
     )
     if public_name is not None:
         public_names.declare(public_name, handle.op, backward=backward)
-        _variants.seed(REGISTRY, handle)  # PYTHON_NATIVE_VARIANTS may name the op by its public name
+        from python_native.core import variants
+
+        variants.seed(REGISTRY, handle)  # PYTHON_NATIVE_VARIANTS may name the op by its public name
     return handle
 
 
@@ -319,6 +344,8 @@ def trace(capacity: int = DEFAULT_CAPACITY) -> Trace:
     """Context manager recording one ``TraceEvent`` per routed call while it is open: at most
     ``capacity`` of them (100 000 by default, about 10 MB), the rest counted in ``trace.dropped``.
     It warns when no DSL can run here, so that an empty trace is never a mystery."""
+    from python_native.panel import snapshot
+
     _bootstrap.settle()
     snapshot.warn_if_nothing_runs(stacklevel=2)
     return REGISTRY.trace(capacity)
@@ -327,7 +354,9 @@ def trace(capacity: int = DEFAULT_CAPACITY) -> Trace:
 def _get_filter_state():
     """The disabled DSLs, ops and dispatch keys as torch's own panel exposes them to its tests
     (``_dsl_names``, ``_op_symbols``, ``_dispatch_keys``: live sets; see ``panel.filter_state``)."""
-    return _FILTER_STATE
+    from python_native.panel.filter_state import FILTER_STATE
+
+    return FILTER_STATE
 
 
 def compile_mode_set(mode: str):
@@ -348,6 +377,8 @@ def decomposition_table(base=None):
 
 def status() -> dict:
     """Everything the status report shows, as plain data."""
+    from python_native.panel import snapshot
+
     _bootstrap.settle()
     return snapshot.collect()
 

@@ -175,7 +175,7 @@ def _adopt(node: Any) -> Any:
 
 def _ensure_dsl(name: str) -> None:
     """Make torch's DSL name known to ours (its module from torch's DSL registry when it has one)."""
-    if dsl_registry.is_known(name):
+    if dsl_registry.is_registered(name):
         return
     module = None
     try:

@@ -26,6 +26,7 @@ so it never needs a twin, and the declared op may share its name (and so its pub
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -57,6 +58,47 @@ class DeclaredOp:
 _lock = threading.Lock()
 _declared: dict[str, DeclaredOp] = {}
 _libraries: list[torch.library.Library] = []  # kept alive: destroying one takes its op out
+# Loaders that declare ops when something first asks for them (the package's own ops: ``import torch``
+# does not pay for them). Each is idempotent (an import), so a thread that finds one running waits on it.
+deferred: list[Callable[[], Any]] = []
+
+
+def declare_on_first_use(load: Callable[[], Any]) -> None:
+    """Run ``load()`` (it declares ops) the first time a declared op or a public name is looked up:
+    ``torch.ops.python_native.<name>``, ``declared()``, ``is_declared`` or ``public_names``."""
+    if load not in deferred:
+        deferred.append(load)
+    namespace = getattr(torch.ops, NAMESPACE)
+    if not isinstance(namespace, _DeclaringNamespace):
+        namespace.__class__ = _DeclaringNamespace
+
+
+def load_deferred() -> None:
+    """Run the loaders ``declare_on_first_use`` keeps (once each; one that raises is logged)."""
+    for load in list(deferred):
+        try:
+            load()
+        except Exception:
+            log.exception("python_native: declaring ops on first use failed (%r)", load)
+        with contextlib.suppress(ValueError):  # another thread finished it first
+            deferred.remove(load)
+
+
+class _DeclaringNamespace(torch._ops._OpNamespace):
+    """``torch.ops.python_native``: a name it does not have yet runs the deferred loaders first."""
+
+    # torch names each op's module after its namespace's (``torch._ops.python_native``), and Inductor
+    # writes generated code from that name: it must stay torch's.
+    __module__ = torch._ops._OpNamespace.__module__
+
+    def __getattr__(self, op_name: str) -> Any:
+        try:
+            return super().__getattr__(op_name)
+        except AttributeError:
+            if not deferred or op_name.startswith("__"):
+                raise
+        load_deferred()
+        return super().__getattr__(op_name)
 
 
 def _qualified_name(schema: str) -> str:
@@ -150,11 +192,15 @@ def _check_namesake(name: str, packet: str) -> None:
 
 def declared() -> list[DeclaredOp]:
     """Every declared overload, in declaration order."""
+    if deferred:
+        load_deferred()
     with _lock:
         return list(_declared.values())
 
 
 def is_declared(name: str) -> bool:
     """Whether ``name`` (``"packet"`` or ``"packet.overload"``) is a declared op of this namespace."""
+    if deferred:
+        load_deferred()
     with _lock:
         return name in _declared or any(op.packet == name for op in _declared.values())

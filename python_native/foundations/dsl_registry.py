@@ -90,6 +90,11 @@ def is_known(name: str) -> bool:
     return get(name) is not None
 
 
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is registered already, entry points left unread (``import torch`` reads none)."""
+    return name in _dsls
+
+
 def record_runtime_failure(name: str, reason: str) -> bool:
     """``name``'s runtime failed when first used (an import that raised): from now on the DSL is
     unavailable, with ``reason`` as why. True the first time."""

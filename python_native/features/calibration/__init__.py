@@ -35,12 +35,9 @@ from python_native.features.calibration import (
     first_use,
     fresh,
     gates,
-    measure,
     portable,
     resolve,
     sources,
-    store,
-    summary,
     tables,
     versions,
 )
@@ -61,7 +58,6 @@ from python_native.features.calibration.gates import (
 )
 from python_native.features.calibration.resolve import device_key
 from python_native.features.calibration.sources import ENV_VAR, OFF, PACKAGED_DIR, PORTABLE, CalibrationDriftWarning
-from python_native.features.calibration.summary import describe
 from python_native.features.calibration.tables import (
     DEFAULT_DSL,
     FORMAT,
@@ -78,6 +74,21 @@ from python_native.features.calibration.tables import (
 )
 
 _verdicts = tables.verdicts  # the verdicts of a list of rows (tests build them by hand)
+
+# Loaded on first access: what registration never needs (``pn.benchmark``'s measuring, the user's
+# table store, the status summary). Name -> the module that has it (None: the module itself).
+_LAZY = {"measure": None, "store": None, "summary": None, "describe": "summary"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
+    value = module if _LAZY[name] is None else getattr(module, name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "DEFAULT_DSL", "ENV_VAR", "FORMAT", "MAX_BUCKET", "OFF", "PACKAGED_DIR", "PORTABLE", "WIDE_ROW",
@@ -105,6 +116,8 @@ def set_device_key_fn(fn: Callable[[Any], str] | None) -> None:
 
 def save_table(table: dict[str, Any], path: Any = None) -> Any:
     """Write a calibration table (into the user's cache dir unless ``path``) and put it in force here."""
+    from python_native.features.calibration import store
+
     written = store.save(table, path)
     reset()
     return written

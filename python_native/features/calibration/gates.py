@@ -16,7 +16,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from python_native.core.registry import REGISTRY
-from python_native.features.calibration import first_use, measure, resolve, tables
+from python_native.features.calibration import first_use, resolve, tables
 
 if TYPE_CHECKING:
     from python_native.core.handles import OverrideHandle
@@ -142,6 +142,8 @@ class Gate:
         return found
 
     def _measured(self, t: Any, args: tuple, kwargs: dict, accepted: Any) -> Any:
+        from python_native.features.calibration import measure  # loaded once pn.benchmark first measures
+
         return measure.decide(self, t, args, kwargs, accepted)
 
     def relearn(self, dtype: Any) -> None:

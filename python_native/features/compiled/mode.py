@@ -20,7 +20,6 @@ import torch
 
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
-from python_native.features.compiled import opaque
 from python_native.foundations import interrupts
 
 MODES = ("bypass", "keep")
@@ -113,6 +112,8 @@ def sync() -> None:
     with _lock():
         if _mode != "keep" and not _installed:
             return  # nothing installed, nothing to do: importing Inductor stays lazy in bypass
+        from python_native.features.compiled import opaque
+
         wanted = opaque.opaque_table() if _mode == "keep" else {}
         tables = _inductor_tables()
         for aten_op in list(_installed):
@@ -157,6 +158,8 @@ extensions.on_overrides_changed(sync)  # "keep" follows the set of overridden op
 
 def describe() -> dict[str, Any]:
     """The compile mode and what it currently turns into opaque ops, as plain data."""
+    from python_native.features.compiled import opaque
+
     with _lock():
         return {
             "mode": _mode,
