@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 # ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
 # dispatch core when imported: all of them, before any override registers. The operators the package
@@ -39,21 +41,13 @@ from python_native.foundations.trace_summary import TraceSummary
 from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceEvent
 from python_native.panel import bootstrap as _bootstrap
 from python_native.panel import mounting as _module
-from python_native.panel.controller import (
-    DSLController,
-    Scope,
-    dispatch_key_names,
-    dsl_name,
-    flags_scope,
-    installed_names,
-    op_is_off,
-    op_names,
-    op_targets,
-    require_overload,
-)
+
+if TYPE_CHECKING:
+    from python_native.panel.controller import Scope
 
 # Public names loaded on first access: name -> (module, attribute of it; None: the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "DSLController": ("python_native.panel.controller", "DSLController"),
     "ops": ("python_native.ops", None),
     "linear_cross_entropy": ("python_native.ops", "linear_cross_entropy"),
     "speckey": ("python_native.foundations.speckey", None),
@@ -81,6 +75,13 @@ def __getattr__(name: str):
         value = getattr(value, attribute)
     globals()[name] = value
     return value
+
+
+def _panel() -> ModuleType:
+    """The panel's controller (switch names and scopes), loaded with the first switch used."""
+    from python_native.panel import controller
+
+    return controller
 
 
 def _declare_ops() -> None:
@@ -187,7 +188,7 @@ def register_op_override(
     is the variant named ``"default"``; ``"aten"`` is reserved for the original kernel), chosen
     per op with ``set_override_variant``, ``override_variant`` or ``PYTHON_NATIVE_VARIANTS``.
     """
-    require_overload(lib_symbol, op_symbol)
+    _panel().require_overload(lib_symbol, op_symbol)
     handle = REGISTRY.register(
         dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
         unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
@@ -204,7 +205,7 @@ def register_op_override(
 def get_dsl_operations(dsl_name_: str) -> list[str]:
     """Sorted op symbols the DSL overrides; ``[]`` for a name no DSL has (warned about, with close matches)."""
     _bootstrap.settle()
-    return REGISTRY.dsl_operations(dsl_name(dsl_name_, warn_unknown=True))
+    return REGISTRY.dsl_operations(_panel().dsl_name(dsl_name_, warn_unknown=True))
 
 
 def is_available() -> bool:
@@ -235,7 +236,7 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
     without a public name are listed under their aten name.
     """
     _bootstrap.settle()
-    return installed_names(dsl)
+    return _panel().installed_names(dsl)
 
 
 @uncompiled.opaque
@@ -244,7 +245,7 @@ def disable_operations(*op_symbols: str) -> None:
     covers the forward, its backward and their derived variants; ``"add"`` every overload of add,
     ``"add.Tensor"`` that one. See ``operation_names()``."""
     _bootstrap.settle()
-    REGISTRY.disable("op", op_names(op_symbols, "disable_operations"))
+    REGISTRY.disable("op", _panel().op_names(op_symbols, "disable_operations"))
 
 
 @uncompiled.opaque
@@ -252,46 +253,46 @@ def enable_operations(*op_symbols: str) -> None:
     """Route these ops again (names as ``disable_operations`` takes them), lifting explicit disables
     and open scopes alike."""
     _bootstrap.settle()
-    REGISTRY.enable("op", op_names(op_symbols, "enable_operations"))
+    REGISTRY.enable("op", _panel().op_names(op_symbols, "enable_operations"))
 
 
 @uncompiled.opaque
 def operations_disabled(*op_symbols: str) -> Scope:
     """Context manager or decorator: these ops (names as ``disable_operations`` takes them) run
     aten's kernels inside the block or call."""
-    return Scope("op", op_names(op_symbols, "operations_disabled"))
+    return _panel().Scope("op", _panel().op_names(op_symbols, "operations_disabled"))
 
 
 @uncompiled.opaque
 def operations_enabled(*op_symbols: str) -> Scope:
     """Context manager or decorator: these ops (names as ``disable_operations`` takes them) route to
     their overrides inside the block or call, even where they are disabled outside it."""
-    return Scope("op", op_names(op_symbols, "operations_enabled"), off=False)
+    return _panel().Scope("op", _panel().op_names(op_symbols, "operations_enabled"), off=False)
 
 
 @uncompiled.opaque
 def disable_dispatch_keys(*dispatch_keys: str) -> None:
     """Stop routing every override installed at these keys (``"CUDA"``, ``"CPU"``, ...)."""
     _bootstrap.settle()
-    REGISTRY.disable("key", dispatch_key_names(dispatch_keys, "disable_dispatch_keys"))
+    REGISTRY.disable("key", _panel().dispatch_key_names(dispatch_keys, "disable_dispatch_keys"))
 
 
 @uncompiled.opaque
 def enable_dispatch_keys(*dispatch_keys: str) -> None:
     _bootstrap.settle()
-    REGISTRY.enable("key", dispatch_key_names(dispatch_keys, "enable_dispatch_keys"))
+    REGISTRY.enable("key", _panel().dispatch_key_names(dispatch_keys, "enable_dispatch_keys"))
 
 
 @uncompiled.opaque
 def dispatch_keys_disabled(*dispatch_keys: str) -> Scope:
     """Context manager or decorator: overrides at these keys are off inside the block or call."""
-    return Scope("key", dispatch_key_names(dispatch_keys, "dispatch_keys_disabled"))
+    return _panel().Scope("key", _panel().dispatch_key_names(dispatch_keys, "dispatch_keys_disabled"))
 
 
 @uncompiled.opaque
 def dispatch_keys_enabled(*dispatch_keys: str) -> Scope:
     """Context manager or decorator: overrides at these keys are on inside the block or call."""
-    return Scope("key", dispatch_key_names(dispatch_keys, "dispatch_keys_enabled"), off=False)
+    return _panel().Scope("key", _panel().dispatch_key_names(dispatch_keys, "dispatch_keys_enabled"), off=False)
 
 
 @uncompiled.opaque
@@ -301,25 +302,25 @@ def flags(enabled: bool | None = None, **dsls: bool) -> Scope:
     everything is as it was after it, also when the body raises. Works after
     ``torch.backends.disable_global_flags()``, where bare assignment of ``pn.enabled`` is refused.
     An argument left out (or None) is left as it is."""
-    return flags_scope(enabled, dsls)
+    return _panel().flags_scope(enabled, dsls)
 
 
 @uncompiled.opaque
 def is_operation_disabled(op_symbol: str) -> bool:
     """Whether every op ``op_symbol`` covers is off (by the rule of ``disable_operations``): each by its
     own name, its bare name, or (an in-place or ``out=`` variant) the name of the op it derives from."""
-    return all(op_is_off(name) for name in op_targets(op_symbol))
+    return all(_panel().op_is_off(name) for name in _panel().op_targets(op_symbol))
 
 
 @uncompiled.opaque
 def is_dsl_disabled(dsl_name_: str) -> bool:
     """Whether the DSL's overrides are switched off; a name no DSL has warns, with close matches."""
-    return REGISTRY.is_off("dsl", dsl_name(dsl_name_, warn_unknown=True))
+    return REGISTRY.is_off("dsl", _panel().dsl_name(dsl_name_, warn_unknown=True))
 
 
 @uncompiled.opaque
 def is_dispatch_key_disabled(dispatch_key: str) -> bool:
-    (name,) = dispatch_key_names((dispatch_key,))
+    (name,) = _panel().dispatch_key_names((dispatch_key,))
     return REGISTRY.is_off("key", name)
 
 
@@ -334,8 +335,8 @@ def reorder_overrides(fn: OrderFn | None) -> None:
 
 def router_source(op_symbol: str, dispatch_key: str, lib_symbol: str = "aten") -> str:
     """Source of the router the dispatcher runs now for ``lib_symbol::op_symbol`` at ``dispatch_key``."""
-    require_overload(lib_symbol, op_symbol)
-    (key,) = dispatch_key_names((dispatch_key,))
+    _panel().require_overload(lib_symbol, op_symbol)
+    (key,) = _panel().dispatch_key_names((dispatch_key,))
     return REGISTRY.router_source(op_symbol, key, lib_symbol)
 
 

@@ -44,8 +44,7 @@ python_native.foundations.module_scope python_native.foundations.nvml python_nat
 python_native.foundations.safe_write python_native.foundations.scalars python_native.foundations.schema
 python_native.foundations.source_tree python_native.foundations.switches python_native.foundations.trace_summary
 python_native.foundations.tracing python_native.foundations.trust python_native.foundations.uncompiled
-python_native.panel python_native.panel.bootstrap python_native.panel.callables python_native.panel.controller
-python_native.panel.dsl_support python_native.panel.mounting python_native.panel.scopes
+python_native.panel python_native.panel.bootstrap python_native.panel.dsl_support python_native.panel.mounting
 python_native_dsls python_native_dsls.cutedsl python_native_dsls.cutedsl.target python_native_dsls.triton
 python_native_dsls.triton.target
 """.split()

@@ -12,13 +12,16 @@ import importlib
 import sys
 import types
 from functools import cache
+from typing import TYPE_CHECKING
 
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration, compiled
 from python_native.foundations import dsl_registry
 from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
-from python_native.panel.controller import DSLController, flag_value, refuse_if_frozen
+
+if TYPE_CHECKING:
+    from python_native.panel.controller import DSLController
 
 # Attributes of the module class, computed on each read; with the package's ``__all__`` they are
 # the public API (``dir(pn)``, the names no DSL may take), set by ``mount``.
@@ -28,6 +31,8 @@ PUBLIC_API: tuple[str, ...] = COMPUTED
 
 @cache
 def controller(name: str) -> DSLController:
+    from python_native.panel.controller import DSLController  # with the first pn.<dsl>: import torch needs none
+
     return DSLController(name)
 
 
@@ -53,6 +58,8 @@ class PythonNativeModule(types.ModuleType):
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
+        from python_native.panel.controller import flag_value, refuse_if_frozen
+
         refuse_if_frozen("pn.enabled", f"pn.flags(enabled={bool(value)!r})")
         on = flag_value(value, "pn.enabled")
         REGISTRY.enable("all", (ALL,)) if on else REGISTRY.disable("all", (ALL,))
@@ -66,6 +73,8 @@ class PythonNativeModule(types.ModuleType):
     def compile_mode(self, mode: str) -> None:
         # Like torch's backend flags (and ``pn.<dsl>.enabled``): bare assignment is refused after
         # ``torch.backends.disable_global_flags()``; the scoped form still works.
+        from python_native.panel.controller import refuse_if_frozen
+
         refuse_if_frozen("pn.compile_mode", f"pn.compile_mode_set({mode!r})")
         compiled.set_mode(mode)
 
@@ -78,6 +87,8 @@ class PythonNativeModule(types.ModuleType):
 
     @benchmark.setter
     def benchmark(self, value: bool | str) -> None:
+        from python_native.panel.controller import refuse_if_frozen
+
         refuse_if_frozen("pn.benchmark", f"pn.benchmark_set({value!r})")
         calibration.set_benchmark(value)
 
