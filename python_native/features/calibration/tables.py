@@ -141,22 +141,53 @@ def validate(table: Any, source: str = "table") -> None:
     rows = table.get("rows")
     if not isinstance(rows, list):
         raise ValueError(f"{source}: 'rows' must be an array, got {_show(rows)}")
-    for i, row in enumerate(rows):
-        _validate_row(row, f"{source}: row {i}")
+    i = _plain_until(rows, 0)
+    while i < len(rows):  # a row that is not plain is checked field by field: it raises where it is bad
+        _validate_row(rows[i], f"{source}: row {i}")
+        i = _plain_until(rows, i + 1)
 
 
 _REQUIRED = frozenset({"op", "dtype", "bucket", "wins"})
 
 
-def _row_is_plain(row: Any) -> bool:
-    """The common case, checked fast: required fields well typed and optional ones of the usual types."""
-    if type(row) is not dict or not _REQUIRED <= row.keys():
+def _plain_until(rows: list[Any], start: int) -> int:
+    """The index of the first row from ``start`` that is not plain (``len(rows)`` where none is).
+
+    Plain, the common case, checked fast: the required fields well typed and the optional ones of
+    the usual types. One loop over the rows, a constant few operations a row (a name is stripped
+    the first time it is seen only; rows of the required fields alone skip the optional ones), so
+    a table validates in time linear in its rows. A row that is not plain may still be valid:
+    ``_validate_row`` checks it field by field.
+    """
+    names: set[str] = set()  # strings found non-blank already
+    for i in range(start, len(rows)):
+        row = rows[i]
+        if type(row) is not dict:
+            return i
+        op, dtype, bucket = row.get("op"), row.get("dtype"), row.get("bucket")
+        if type(op) is not str or type(dtype) is not str or type(bucket) is not int or not 0 <= bucket <= MAX_BUCKET:
+            return i  # also a required field missing
+        if type(row.get("wins")) is not bool:
+            return i
+        if (op not in names and not _named(names, op)) or (dtype not in names and not _named(names, dtype)):
+            return i
+        if len(row) > len(_REQUIRED) and not _optional_plain(row, names):
+            return i
+    return len(rows)
+
+
+def _named(names: set[str], text: str) -> bool:
+    """Whether the string ``text`` is not blank (remembered in ``names``)."""
+    if text in names:
+        return True
+    if not text.strip():
         return False
-    op, dtype, bucket = row["op"], row["dtype"], row["bucket"]
-    if type(op) is not str or type(dtype) is not str or not op.strip() or not dtype.strip():
-        return False
-    if type(bucket) is not int or not 0 <= bucket <= MAX_BUCKET or type(row["wins"]) is not bool:
-        return False
+    names.add(text)
+    return True
+
+
+def _optional_plain(row: dict[str, Any], names: set[str]) -> bool:
+    """The optional fields of a row, where present, of the usual types (``_plain_until``)."""
     last = row.get("last_dim")
     if last is not None and (type(last) is not int or last < 0):
         return False
@@ -171,18 +202,16 @@ def _row_is_plain(row: Any) -> bool:
         value = row.get(key)
         if value is not None and (type(value) not in (float, int) or not -_BIG < value < _BIG):
             return False  # also nan and inf
-    first_use, kernel = row.get("first_use", False), row.get("kernel", "-")
-    dsl = row.get("dsl", "triton")
-    return type(first_use) is bool and type(kernel) is str and bool(kernel.strip()) and type(dsl) is str and bool(
-        dsl.strip())
+    first_use, kernel, dsl = row.get("first_use", False), row.get("kernel", "-"), row.get("dsl", "triton")
+    return (type(first_use) is bool and type(kernel) is str and (kernel in names or _named(names, kernel))
+            and type(dsl) is str and (dsl in names or _named(names, dsl)))
 
 
 _BIG = float("inf")
 
 
 def _validate_row(row: Any, where: str) -> None:
-    if _row_is_plain(row):
-        return
+    """Check a row that is not plain field by field: ``ValueError`` naming the first field that is bad."""
     if not isinstance(row, dict):
         raise ValueError(f"{where} must be an object, got {_show(row)}")
     missing = sorted(_REQUIRED - set(row))
@@ -225,6 +254,8 @@ def row_classes(row: dict[str, Any]) -> tuple[int, ...]:
     """The width classes a table row speaks for: from its ``last_dim`` (the op's first tensor
     argument's last dim), else its ``shape``; both classes for rows that have neither."""
     last = row.get("last_dim")
+    if type(last) is int:  # the common case, first
+        return (1,) if last >= WIDE_ROW else (0,)
     if last is None and isinstance(row.get("shape"), list) and row["shape"]:
         last = row["shape"][-1]
     return (0, 1) if not _is_int(last) else (width_class(last),)
@@ -252,6 +283,41 @@ def _filled(measured: dict[int, Any]) -> list[Any]:
     return out
 
 
+Cells = tuple[dict[int, list], dict[int, list]]  # per width class: bucket -> [won, speedups]
+
+
+def _measured_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Cells]]:
+    """Per (op, dtype), per DSL, per width class and bucket: whether every row there won, and the
+    rows' speedups in their order. Linear in the rows: a row adds to its cells in place (a cell's
+    list is never copied), through the common cases written out (a call costs a row more here)."""
+    by_cell: dict[tuple[str, str, str], Cells] = {}  # (op, dtype, dsl) -> cells
+    big, wide_row, both = _BIG, WIDE_ROW, (0, 1)
+    for row in rows:
+        key = (row["op"], row["dtype"], row.get("dsl", DEFAULT_DSL))
+        classes = by_cell.get(key)
+        if classes is None:
+            classes = by_cell[key] = ({}, {})
+        speedup, last, bucket, lost = row.get("speedup"), row.get("last_dim"), row["bucket"], row["wins"] is not True
+        if type(speedup) is not float or not -big < speedup < big:
+            speedup = 1.0 if speedup is None and row.get("override_ms") is None else _speedup(row)
+        if type(last) is int:
+            wides = (1,) if last >= wide_row else (0,)
+        else:
+            wides = both if last is None and row.get("shape") is None else row_classes(row)
+        for wide in wides:
+            # Several shapes in one (bucket, class): the override wins there only if it won for all.
+            cell = classes[wide].get(bucket)
+            if cell is None:
+                cell = classes[wide][bucket] = [True, []]
+            if lost:
+                cell[0] = False
+            cell[1].append(speedup)
+    by_key: dict[tuple[str, str], dict[str, Cells]] = {}
+    for (op, dtype, dsl), classes in by_cell.items():
+        by_key.setdefault((op, dtype), {})[dsl] = classes
+    return by_key
+
+
 def verdicts(rows: list[dict[str, Any]]) -> VerdictMap:
     """Per (op, dtype), per DSL, one verdict per (bucket 0..MAX_BUCKET, width class), each filled
     from the nearest calibrated bucket of its class (of the other class where its own has no rows).
@@ -260,21 +326,14 @@ def verdicts(rows: list[dict[str, Any]]) -> VerdictMap:
     aten there and were measured faster (fastest first): its gate declines while one of those can serve.
     Rows without a ``dsl`` (tables written before several DSLs were calibrated) are Triton's.
     """
-    by_key: dict[tuple[str, str], dict[str, tuple[dict[int, tuple], dict[int, tuple]]]] = {}
-    for row in rows:
-        per_dsl = by_key.setdefault((row["op"], row["dtype"]), {})
-        classes = per_dsl.setdefault(row.get("dsl", DEFAULT_DSL), ({}, {}))
-        for wide in row_classes(row):
-            measured = classes[wide]
-            # Several shapes in one (bucket, class): the override wins there only if it won for all.
-            won, speedups = measured.get(row["bucket"], (True, []))
-            measured[row["bucket"]] = (won and row["wins"] is True, [*speedups, _speedup(row)])
+    by_key = _measured_cells(rows)
     out: VerdictMap = {}
     for key, per_dsl in by_key.items():
         filled = {}
-        for dsl, classes in per_dsl.items():
-            narrow, wide = (_filled(classes[c] or classes[1 - c]) for c in (0, 1))
-            filled[dsl] = [(won, sum(s) / len(s)) for pair in zip(narrow, wide, strict=True) for won, s in pair]
+        for dsl, classes in per_dsl.items():  # each cell's mean once, before it fills its neighbours
+            means = [{bucket: (won, sum(s) / len(s)) for bucket, (won, s) in cells.items()} for cells in classes]
+            narrow, wide = (_filled(means[c] or means[1 - c]) for c in (0, 1))
+            filled[dsl] = [cell for pair in zip(narrow, wide, strict=True) for cell in pair]
         out[key] = {}
         for dsl, buckets in filled.items():
             found = []
