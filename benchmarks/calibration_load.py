@@ -125,6 +125,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="calibration-load-") as private:
         os.environ["XDG_CACHE_HOME"] = private  # the user's calibration folder, only ours
+        os.environ["PYTHON_NATIVE_BACKGROUND_BUILD"] = "0"  # no compiled front built into it meanwhile
         os.environ.pop("PYTHON_NATIVE_CALIBRATION", None)
         import python_native  # noqa: F401  (registers the backends)
 
