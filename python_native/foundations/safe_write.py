@@ -128,13 +128,18 @@ def _lstat(path: Path, create: bool) -> os.stat_result:
     except FileNotFoundError:
         if not create:
             raise
+    make_private_folder(path)
+    return os.lstat(path)
+
+
+def make_private_folder(path: str | os.PathLike[str]) -> None:
+    """Make one folder, not writable by group or others whatever the umask; one made by another
+    process at the same moment is left for the caller to judge."""
     try:
         os.mkdir(path, 0o755)
-    except FileExistsError:  # another process made it at the same moment: judge what is there
-        pass
-    else:
-        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITABLE_BY_OTHERS)
-    return os.lstat(path)
+    except FileExistsError:
+        return
+    os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITABLE_BY_OTHERS)
 
 
 @contextlib.contextmanager

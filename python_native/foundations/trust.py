@@ -96,12 +96,7 @@ def make_folder(folder: str | os.PathLike[str], root: str | os.PathLike[str]) ->
         missing.append(current)
         current = current.parent
     for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:  # another process made it at the same moment: judge what is there
-            pass
-        else:
-            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_WRITABLE_BY_OTHERS)
+        safe_write.make_private_folder(path)
         _judge(path, os.lstat(path), folder=True)
     return real
 
