@@ -139,6 +139,9 @@ def _interrupt_signal(cycles: _Cycles, seed: int) -> int:
         signal.setitimer(signal.ITIMER_REAL, 1e-4)
         cycles.run()
     finally:
+        # Ignore first: a signal already delivered runs no handler that would arm the timer again
+        # (and leave a SIGALRM for the default action, which ends the process).
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     return raised[0]
