@@ -55,7 +55,7 @@ def match_activation(module: nn.Module) -> ActivationPlan | LeftAlone | None:
 
 
 def replace_activation(module: nn.Module, plan: ActivationPlan):
-    original = module.forward
+    original = runtime.own_forward(module)
     op, name, dtypes = OPS[plan.op], plan.op, plan.dtypes
 
     def forward(x, *args, **kwargs):

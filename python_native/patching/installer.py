@@ -10,11 +10,15 @@ raises instead of running it, and the report says what the forward writes. Match
 model stays). Then it installs:
 
 - a module's replacement as an instance attribute ``forward`` (``nn.Module.__call__`` finds it
-  before the class's; hooks run as before), wrapped to set the module scope;
+  before the class's; hooks run as before): a ``runtime.Installed`` that sets the module scope and
+  holds the module, rule and plan its replacement is built from, so a deep copy or an unpickled
+  copy of the model computes with its own modules;
 - a function's replacement as a dispatcher in its modeling module's globals, which serves only
   patched callers; each caller's forward is wrapped to say so. Several patched models share a
   dispatcher; the last ``unpatch`` puts the original function back.
 
+The patch's state lives on the model (attribute ``STATE``): copies carry it, and each copy takes
+its share of the patched functions (given back by ``unpatch`` or when the copy is collected).
 ``unpatch`` removes exactly what ``patch`` installed, so the model computes bit for bit what it
 computed before.
 """
@@ -22,6 +26,7 @@ computed before.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import logging
 import threading
@@ -42,31 +47,57 @@ log = logging.getLogger("python_native")
 _lock = threading.RLock()
 
 
-@dataclasses.dataclass
-class _Forward:
-    module: nn.Module
-    installed: Callable[..., Any]
-    had_own: bool  # the module had an instance ``forward`` before (restored on unpatch)
-    previous: Any
+@dataclasses.dataclass(frozen=True)
+class _Function:
+    """A patched module-level function, by name (a copy of the model re-installs its dispatcher)."""
+
+    module: str  # the modeling module's name
+    name: str
+    replacement: Callable[..., Any]
+    plan: Any
 
 
-@dataclasses.dataclass
 class _State:
-    report: PatchReport
-    forwards: list[_Forward]
-    functions: list[tuple[int, str]]  # keys of _functions
+    """A patched model's patch: carried by the model itself (``STATE``), so a deep copy or an
+    unpickled model carries one over its own modules, and takes its users' share of the functions."""
+
+    def __init__(self, report: PatchReport):
+        self.report = report
+        self.forwards: list[runtime.Installed] = []
+        self.functions: list[_Function] = []
+        self.release: Callable[[], Any] = lambda: None
+
+    def hold(self) -> None:
+        """Take this model's share of its functions' dispatchers; ``release()`` (by ``unpatch``, or
+        when the model is collected unpatched) gives it back."""
+        for function in self.functions:
+            _acquire(function)
+        self.release = weakref.finalize(self, _release, list(self.functions))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "release"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        with _lock:
+            self.hold()
 
 
-_states: weakref.WeakKeyDictionary[nn.Module, _State] = weakref.WeakKeyDictionary()
-_functions: dict[tuple[int, str], list[Any]] = {}  # (id(globals), name) -> [globals, dispatcher, original, users]
+STATE = "_python_native_patch"  # the patched model's attribute holding its _State
+_functions: dict[tuple[str, str], list[Any]] = {}  # (module, name) -> [globals, dispatcher, original, users]
+
+
+def _state(model: nn.Module) -> _State | None:
+    state = model.__dict__.get(STATE)
+    return state if isinstance(state, _State) else None
 
 
 def is_patched(model: nn.Module) -> bool:
-    return model in _states
+    return _state(model) is not None
 
 
 def report_of(model: nn.Module) -> PatchReport | None:
-    state = _states.get(model)
+    state = _state(model)
     return None if state is None else state.report
 
 
@@ -202,33 +233,43 @@ def _match(model: nn.Module, rules: list[PatchRule], report: PatchReport, status
     return taken, list(calls.values())
 
 
-def _install_forward(state: _State, module: nn.Module, name: str, forward: Callable[..., Any], *,
-                     caller: bool = False) -> None:
+def _install_forward(state: _State, module: nn.Module, name: str, owner: nn.Module | None = None,
+                     replacement: Callable[..., Any] | None = None, plan: Any = None) -> None:
     had_own = "forward" in module.__dict__
-    installed = runtime.scoped(name, forward, caller=caller)
-    state.forwards.append(_Forward(module, installed, had_own, module.__dict__.get("forward")))
+    installed = runtime.Installed(name, module, owner, replacement, plan, caller=replacement is None,
+                                  had_own=had_own, previous=module.__dict__.get("forward"))
+    installed.build()
+    state.forwards.append(installed)
     module.__dict__["forward"] = installed
+
+
+def _acquire(function: _Function) -> None:
+    """One more patched model's share of ``function``'s dispatcher (installed by the first)."""
+    namespace = vars(importlib.import_module(function.module))
+    key = (function.module, function.name)
+    entry = _functions.get(key)
+    if entry is None or namespace.get(function.name) is not entry[1]:
+        current = namespace[function.name]
+        original = getattr(current, "__python_native_original__", current)
+        dispatcher = runtime.dispatcher(original, function.replacement(original, function.plan))
+        entry = _functions[key] = [namespace, dispatcher, original, 0]
+        namespace[function.name] = dispatcher
+    entry[3] += 1
 
 
 def _install(model: nn.Module, taken: list, functions: list, state: _State) -> None:
     names = {id(m): _display_name(n, model) for n, m in model.named_modules()}
     for display, module, rule, plan in taken:
         replacement = rule.replacement(module, plan)
-        forwards = replacement if isinstance(replacement, Mapping) else {module: replacement}
-        for target, forward in forwards.items():
-            _install_forward(state, target, names.get(id(target), display), forward)
-    for namespace, fname, function, rule, plan, callers in functions:
-        key = (id(namespace), fname)
-        entry = _functions.get(key)
-        if entry is None or namespace.get(fname) is not entry[1]:
-            dispatcher = runtime.dispatcher(function, rule.replacement(function, plan))
-            entry = _functions[key] = [namespace, dispatcher, function, 0]
-            namespace[fname] = dispatcher
-        entry[3] += 1
-        state.functions.append(key)
+        targets = replacement if isinstance(replacement, Mapping) else {module: replacement}
+        for target in targets:
+            _install_forward(state, target, names.get(id(target), display), module, rule.replacement, plan)
+    for namespace, fname, _function, rule, plan, callers in functions:
+        state.functions.append(_Function(namespace["__name__"], fname, rule.replacement, plan))
         for display, module in callers:
             if "forward" not in module.__dict__:
-                _install_forward(state, module, display, module.forward, caller=True)
+                _install_forward(state, module, display)
+    state.hold()
 
 
 def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool = False) -> PatchReport:
@@ -237,21 +278,21 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
         raise TypeError(f"pn.patch takes an nn.Module, got {type(model).__name__}")
     selected = _selected(rules)
     with _lock:
-        if model in _states:
-            return _states[model].report
+        if is_patched(model):
+            return _state(model).report
         report = PatchReport(type(model).__name__)
         devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
         with probe.session(devices), probe.preserved(model):
             taken, functions = _match(model, selected, report, "would patch" if dry_run else "patched")
         if dry_run:
             return report
-        state = _State(report, [], [])
+        state = _State(report)
         try:
             _install(model, taken, functions, state)
         except BaseException:
             _undo(state)
             raise
-        _states[model] = state
+        model.__dict__[STATE] = state
     for entry in report.patched:
         log.info("python_native: patched %s %s (%d) with rule %s: %s", entry.kind, entry.target, entry.instances,
                  entry.rule, entry.detail)
@@ -260,8 +301,8 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
 
 def _undo(state: _State) -> None:
     for installed in reversed(state.forwards):
-        module = installed.module
-        if module.__dict__.get("forward") is not installed.installed:
+        module = installed.target
+        if module.__dict__.get("forward") is not installed:
             log.warning("python_native: unpatch: %s's forward was replaced after patching; left as it is",
                         type(module).__name__)
             continue
@@ -269,23 +310,30 @@ def _undo(state: _State) -> None:
             module.__dict__["forward"] = installed.previous
         else:
             del module.__dict__["forward"]
-    for key in reversed(state.functions):
-        entry = _functions.get(key)
-        if entry is None:
-            continue
-        entry[3] -= 1
-        if entry[3] <= 0:
-            namespace, dispatcher, original, _ = _functions.pop(key)
-            name = key[1]
-            if namespace.get(name) is dispatcher:
-                namespace[name] = original
+    state.release()
+
+
+def _release(functions: list[_Function]) -> None:
+    """Give back one model's share of each of ``functions``: the last puts the original back."""
+    with _lock:
+        for function in reversed(functions):
+            key = (function.module, function.name)
+            entry = _functions.get(key)
+            if entry is None:
+                continue
+            entry[3] -= 1
+            if entry[3] <= 0:
+                namespace, dispatcher, original, _ = _functions.pop(key)
+                if namespace.get(function.name) is dispatcher:
+                    namespace[function.name] = original
 
 
 def unpatch(model: nn.Module) -> bool:
     """Undo ``patch(model)`` exactly; False when ``model`` is not patched."""
     with _lock:
-        state = _states.pop(model, None)
+        state = _state(model)
         if state is None:
             return False
+        del model.__dict__[STATE]
         _undo(state)
     return True

@@ -154,9 +154,9 @@ def _unfusable(kwargs: dict[str, Any], labels: Any) -> str | None:
 
 
 def replace_causal_lm_loss(module: nn.Module, plan: LossPlan):
-    original = module.forward
+    original = runtime.own_forward(module)
     head = module.get_submodule(plan.head)
-    head_original = head.forward
+    head_original = runtime.own_forward(head)
     state = runtime.state
 
     def forward(*args: Any, **kwargs: Any) -> Any:

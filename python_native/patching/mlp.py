@@ -100,7 +100,7 @@ def match_gated_mlp(module: nn.Module) -> MlpPlan | LeftAlone | None:
 
 
 def replace_gated_mlp(module: nn.Module, plan: MlpPlan):
-    original = module.forward
+    original = runtime.own_forward(module)
 
     def forward(x, *args, **kwargs):
         if args or kwargs:

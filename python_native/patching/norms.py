@@ -94,7 +94,7 @@ def match_rms_norm(module: nn.Module) -> NormPlan | LeftAlone | None:
 
 
 def replace_rms_norm(module: nn.Module, plan: NormPlan):
-    original = module.forward
+    original = runtime.own_forward(module)
     eps, offset, in_fp32, dtypes = plan.eps, plan.offset, plan.weight_in_fp32, plan.dtypes
     op = rms_norm_op.OP
 

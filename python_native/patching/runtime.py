@@ -13,8 +13,10 @@ traces (a compiled patched model keeps one graph).
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -35,12 +37,49 @@ class _State(threading.local):
 state = _State()
 
 
-def scoped(name: str, impl: Callable[..., Any], *, caller: bool = False) -> Callable[..., Any]:
-    """``impl`` as a forward that runs in module ``name``; ``caller``: patched functions serve it."""
+class Installed:
+    """A patched module's instance ``forward``: runs the rule's replacement in module ``name``
+    (``caller``: patched functions serve it). It holds what builds the replacement (the module the
+    rule took, ``owner``, the rule's ``replacement`` and plan; none for a caller, which runs its own
+    forward) rather than a closure, so a copy of the model (``copy.deepcopy``, pickle,
+    ``torch.save``) carries one built from the copy's modules. ``__signature__`` is the forward's
+    it stands for."""
 
-    def forward(*args: Any, **kwargs: Any) -> Any:
+    def __init__(self, name: str, target: Any, owner: Any, replacement: Callable[..., Any] | None, plan: Any, *,
+                 caller: bool = False, had_own: bool = False, previous: Any = None):
+        self.name, self.target, self.owner, self.replacement, self.plan = name, target, owner, replacement, plan
+        self.caller, self.had_own, self.previous = caller, had_own, previous
+        self._impl: Callable[..., Any] | None = None
+
+    @property
+    def __python_native_patch__(self) -> str:  # MARK
+        return self.name
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.original())
+
+    def original(self) -> Callable[..., Any]:
+        """The forward this one stands in for (the class's, bound, or the instance's before)."""
+        return self.previous if self.had_own else types.MethodType(type(self.target).forward, self.target)
+
+    def build(self) -> Callable[..., Any]:
+        if self._impl is None:
+            if self.replacement is None:
+                self._impl = self.original()
+            else:
+                made = self.replacement(self.owner, self.plan)
+                self._impl = made[self.target] if isinstance(made, Mapping) else made
+        return self._impl
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_impl": None}  # a copy builds its own from its modules
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        impl = self._impl if self._impl is not None else self.build()
         previous = _scope.name
-        _scope.name = name
+        _scope.name = self.name
+        caller = self.caller
         if caller:
             was_caller = state.in_caller
             state.in_caller = True
@@ -51,8 +90,14 @@ def scoped(name: str, impl: Callable[..., Any], *, caller: bool = False) -> Call
             if caller:
                 state.in_caller = was_caller
 
-    setattr(forward, MARK, name)
-    return forward
+    def __repr__(self) -> str:
+        return f"<python_native patched forward of {self.name}>"
+
+
+def own_forward(module: Any) -> Callable[..., Any]:
+    """``module``'s forward as it is unpatched: what a replacement hands calls back to."""
+    current = module.__dict__.get("forward")
+    return current.original() if isinstance(current, Installed) else module.forward
 
 
 def dispatcher(original: Callable[..., Any], replacement: Callable[..., Any]) -> Callable[..., Any]:
