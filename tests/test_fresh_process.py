@@ -91,3 +91,23 @@ def test_concurrent_first_imports(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "errors: 0" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr, r.stderr
+
+
+USER_DECLARES_FIRST = """
+import torch
+import python_native
+from python_native.foundations import declared
+assert declared.deferred, "the package's own ops were declared at import: nothing here to check"
+op = declared.declare("pn_user_twice(Tensor x) -> Tensor", reference=lambda x: x * 2, fake=torch.empty_like)
+print(op(torch.ones(2)).tolist(), declared.is_declared("swiglu"))
+"""
+
+
+def test_a_users_first_declaration_in_a_fresh_process_declares_the_packages_ops_too():
+    # The package's ops wait for their first lookup; torch looks the namespace up while it defines
+    # the user's op, under the declarations' lock: that must load them, not wait on itself.
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHON_NATIVE_TRITON_INTERPRET")}
+    proc = subprocess.run([sys.executable, "-c", USER_DECLARES_FIRST], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["[2.0,", "2.0]", "True"], proc.stdout

@@ -61,6 +61,7 @@ _libraries: list[torch.library.Library] = []  # kept alive: destroying one takes
 # Loaders that declare ops when something first asks for them (the package's own ops: ``import torch``
 # does not pay for them). Each is idempotent (an import), so a thread that finds one running waits on it.
 deferred: list[Callable[[], Any]] = []
+_loading = threading.local()  # set while this thread runs the deferred loaders
 
 
 def declare_on_first_use(load: Callable[[], Any]) -> None:
@@ -74,14 +75,23 @@ def declare_on_first_use(load: Callable[[], Any]) -> None:
 
 
 def load_deferred() -> None:
-    """Run the loaders ``declare_on_first_use`` keeps (once each; one that raises is logged)."""
-    for load in list(deferred):
-        try:
-            load()
-        except Exception:
-            log.exception("python_native: declaring ops on first use failed (%r)", load)
-        with contextlib.suppress(ValueError):  # another thread finished it first
-            deferred.remove(load)
+    """Run the loaders ``declare_on_first_use`` keeps (once each; one that raises is logged).
+
+    A loader's own declarations (and torch's lookups of the namespace while it defines them) come
+    back here on the same thread: those return at once, the loader being under way."""
+    if getattr(_loading, "active", False):
+        return
+    _loading.active = True
+    try:
+        for load in list(deferred):
+            try:
+                load()
+            except Exception:
+                log.exception("python_native: declaring ops on first use failed (%r)", load)
+            with contextlib.suppress(ValueError):  # another thread finished it first
+                deferred.remove(load)
+    finally:
+        _loading.active = False
 
 
 class _DeclaringNamespace(torch._ops._OpNamespace):
@@ -136,6 +146,8 @@ def declare(
         raise ValueError(f"{NAMESPACE}::{name}: autograd needs both backward= and setup_context=")
     if composite is not None and backward is not None:
         raise ValueError(f"{NAMESPACE}::{name}: a composite op is differentiated through the ops it calls")
+    if deferred:  # the package's own ops first: torch looks the namespace up while it defines, under our lock
+        load_deferred()
     if aten_namesake:
         _check_namesake(name, packet)
     elif _aten_has_packet(packet):
