@@ -40,7 +40,7 @@ NEEDS_INTERPRETER = "PYTHON_NATIVE_TRITON_INTERPRET=1"
 # and no registration or switch of one example seen by the next. One thread: the forks use no pool
 # their parent started.
 HARNESS = r"""
-import json, os, signal, sys, traceback, warnings
+import json, linecache, os, signal, sys, traceback, warnings
 import torch
 torch.set_num_threads(1)
 import python_native as pn
@@ -57,6 +57,8 @@ for name, code in json.load(open(sys.argv[1])):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 outer = pn.trace()
+            # its source readable, as a script's is (pn.patch reads the forwards it would replace)
+            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
             with outer:
                 exec(compile(code, name, "exec"), {"__name__": "__main__"})
             # "ran": a Triton override ran; "seen": one ran or was passed over (the reason names it).
