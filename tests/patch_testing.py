@@ -17,7 +17,7 @@ import torch
 import python_native as pn
 from conftest import TEST_DSL, always
 from python_native.core.registry import REGISTRY
-from python_native.ops import activation_op, gated_op, rms_norm_op, rotary_op
+from python_native.ops import activation_op, gated_op, moe_experts_op, moe_route_op, rms_norm_op, rotary_op
 from python_native.tools import tiny_models
 
 # public name -> the references of its forward and backward
@@ -28,6 +28,8 @@ _REFERENCES = {
     "rotary": (rotary_op._reference, rotary_op._reference_backward),
     "gelu_tanh": (activation_op._gelu_tanh, activation_op._gelu_tanh_backward),
     "quick_gelu": (activation_op._quick_gelu, activation_op._quick_gelu_backward),
+    "moe_route": (moe_route_op._reference, moe_route_op._reference_backward),
+    "moe_experts": (moe_experts_op._reference, moe_experts_op._reference_backward),
 }
 # op -> (reference kernel, public name, is a backward)
 STAND_INS = {
@@ -75,9 +77,19 @@ def aten_overrides_off() -> Iterator[None]:
         REGISTRY.release("op", names, token)
 
 
+def _dropping(settings: dict) -> list[str]:
+    return [k for k, v in settings.items() if "drop" in k and isinstance(v, float) and v]
+
+
 def model(family: str, dtype: torch.dtype = torch.float32, **overrides) -> torch.nn.Module:
-    """The family's tiny causal LM, in eval mode (no dropout: runs compare bit for bit)."""
-    return tiny_models.build(family, dtype=dtype, **overrides).eval()
+    """The family's tiny causal LM in training mode, where the fused loss serves (in eval mode the
+    model returns its logits), with every dropout probability of its config 0 (GPT-2 has some): runs
+    compare bit for bit."""
+    no_dropout = dict.fromkeys(_dropping(tiny_models.config(family, **overrides).to_dict()), 0.0)
+    m = tiny_models.build(family, dtype=dtype, **{**no_dropout, **overrides}).train()
+    left = _dropping(m.config.to_dict()) + [n for n, d in m.named_modules() if isinstance(d, torch.nn.Dropout) and d.p]
+    assert not left, f"{family}: dropout left in {left}"
+    return m
 
 
 def inputs(m: torch.nn.Module) -> dict[str, torch.Tensor]:

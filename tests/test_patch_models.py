@@ -176,3 +176,26 @@ def test_the_report_says_what_was_left_alone_and_why():
     assert "final_logit_softcapping=30.0" in loss.detail and loss.target == "Gemma2ForCausalLM"
     assert {e.status for e in report.patched} == {"would patch"}
     assert "left alone" in str(report) and "rms_norm" in str(report)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_in_eval_mode_the_patched_model_returns_its_logits_and_loss_as_unpatched(family):
+    """The fused loss serves training steps only: in eval mode the model's own forward runs (bit for
+    bit the unpatched model, the loss rule alone patched), and the trace says why."""
+    m = model(family).eval()
+    batch = inputs(m)
+    with serving(), aten_overrides_off():
+        want = m(**batch)
+        with pn.patched(m, ["causal_lm_loss"]):
+            with pn.trace() as evaluating:
+                got = m(**batch)
+            m.train()
+            with pn.trace() as training:
+                trained = m(**batch)
+    assert torch.equal(got.logits, want.logits) and torch.equal(got.loss, want.loss)
+    (event,) = [e for e in evaluating.events if e.op.startswith("linear_cross_entropy")]
+    assert event.outcome == "fallback" and "eval mode" in event.reason and event.module == type(m).__name__
+    assert trained.logits is None  # the fused loss: no logits computed
+    assert abs(trained.loss.item() - want.loss.item()) <= 1e-5 * abs(want.loss.item())
+    assert not [e for e in training.events if "eval mode" in (e.reason or "")]
+    assert "linear_cross_entropy.forward" in {e.op for e in training.events}

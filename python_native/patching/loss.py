@@ -11,12 +11,19 @@ forward once on a few random tokens, with the projection's input recorded, and r
 - the returned loss is the fused loss of those hidden states: the labels shifted by one,
   ``ignore_index`` ignored, the mean over the kept tokens (or the sum over ``num_items_in_batch``).
 
-At run time a call with ``labels`` runs the model's forward without them while the projection
-hands back a placeholder (a zero expanded to the logits' shape: no memory) and records its input;
-the loss is then computed from those hidden states with the call's ``ignore_index``,
-``shift_labels`` and ``num_items_in_batch``. The output carries that loss and no logits. Calls the
-probe did not cover (``logits_to_keep``, ``return_dict=False``, an auxiliary loss in the output)
-run the model's own forward with the labels.
+The fused loss serves only where no one wants the logits: a call with ``labels`` while the model
+is in training mode (read from the output projection's ``training`` flag, which ``model.train()``
+and ``model.eval()`` set with the model's, and which a shallow copy of the model shares). It runs
+the model's forward without the labels while the projection hands back a placeholder (a zero
+expanded to the logits' shape: no memory) and records its input; the loss is then computed from those hidden states with the call's
+``ignore_index``, ``shift_labels`` and ``num_items_in_batch``. The output carries that loss and no
+logits. In eval mode (``model.eval()``: evaluation, ``Trainer.evaluate``, metrics from logits) the
+model's own forward runs, and returns its logits and loss exactly as unpatched. transformers'
+forwards take no argument asking for logits, so a training-mode caller that wants them calls
+without ``labels`` (and takes the loss of the logits itself) or patches without this rule. Calls
+the probe did not cover (``logits_to_keep``, ``return_dict=False``, an auxiliary loss in the
+output) run the model's own forward with the labels. Each call the model's own forward serves
+with labels says why in an open trace (a ``fallback`` event).
 
 The replacement runs the model's own forward on every call, so what that forward does besides
 computing stays (``keeps_forward``). The probe's run leaves no trace on the model (the installer
@@ -143,7 +150,9 @@ def match_causal_lm_loss(module: nn.Module) -> LossPlan | LeftAlone | None:
     return LossPlan(name, params.index("labels"))
 
 
-def _unfusable(kwargs: dict[str, Any], labels: Any) -> str | None:
+def _unfusable(head: nn.Module, kwargs: dict[str, Any], labels: Any) -> str | None:
+    if not head.training:  # the projection's flag: a shallow copy of the model shares it, and sets it with its own
+        return "eval mode: the model's own forward ran and returned its logits"
     if kwargs.get("logits_to_keep") not in (None, 0):
         return "logits_to_keep: the model's own forward ran"
     if kwargs.get("return_dict") is False:
@@ -162,7 +171,7 @@ def replace_causal_lm_loss(module: nn.Module, plan: LossPlan):
     def forward(*args: Any, **kwargs: Any) -> Any:
         at = plan.labels_at
         labels = args[at] if len(args) > at else kwargs.get("labels")
-        why = None if labels is None else _unfusable(kwargs, labels)
+        why = None if labels is None else _unfusable(head, kwargs, labels)
         if labels is None or why is not None:
             if why is not None:
                 runtime.declined(OP, labels if isinstance(labels, torch.Tensor) else head.weight, why)
