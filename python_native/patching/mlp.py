@@ -1,7 +1,9 @@
 """The gated-MLP rule: ``down(act(gate(x)) * up(x))`` to ``swiglu`` or ``geglu``.
 
-A candidate has two or three ``nn.Linear`` children and otherwise only children without
-parameters (its activation, a dropout), and a forward of one tensor:
+A candidate has two or three projections and otherwise only children without parameters (its
+activation, a dropout), and a forward of one tensor. A projection is an ``nn.Linear`` or a wrapper
+computing around one (``base_layer``: PEFT's LoRA layers), called as it is, so an adapter's delta,
+its dropout and PEFT's switches (merged, disabled, the active adapter) stay the wrapper's own:
 
 - three projections: gate and up (hidden -> inner) and down (inner -> hidden);
 - two projections: a fused ``gate_up`` (hidden -> 2 * inner) whose output the forward splits with
@@ -9,8 +11,11 @@ parameters (its activation, a dropout), and a forward of one tensor:
 
 Which projection plays which part, which half of a fused projection is the gate, and which
 activation the module applies (SiLU, GELU, tanh-GELU) are all found by the probe: the first
-assignment whose replacement reproduces the module's forward bit for bit wins. The projections
-are called as modules (their hooks run), looked up by name on every call.
+assignment whose replacement reproduces the module's forward bit for bit wins (each run from the
+same random state: a LoRA dropout in training mode draws the same mask in both). The projections
+are called as modules (their hooks run) in the order the module calls them (gate, up, down: the
+same random stream), looked up by name on every call. A forward that raises on the probe is left
+alone, with the error.
 """
 
 from __future__ import annotations
@@ -36,13 +41,18 @@ class MlpPlan:
     up: str | None
     down: str
     gate_first: bool  # fused: the gate is the first half of the chunk
+    wrapped: tuple[str, ...] = ()  # projections that wrap their nn.Linear (LoRA), called as they are
 
     def describe(self) -> str:
         act = self.op + (f"({self.options[0]})" if self.options else "")
         if self.up is None:
             halves = "gate, up" if self.gate_first else "up, gate"
-            return f"{act}; {self.gate}.chunk(2) -> ({halves}); {self.down}"
-        return f"{act}; gate={self.gate}, up={self.up}, down={self.down}"
+            roles = f"{act}; {self.gate}.chunk(2) -> ({halves}); {self.down}"
+        else:
+            roles = f"{act}; gate={self.gate}, up={self.up}, down={self.down}"
+        if self.wrapped:
+            roles += f"; {', '.join(self.wrapped)} wrap their Linear (adapters' deltas computed by the wrapper)"
+        return roles
 
 
 def _op(plan_op: str):
@@ -59,42 +69,63 @@ def _compute(module: nn.Module, plan: MlpPlan, x: torch.Tensor) -> torch.Tensor:
     return getattr(module, plan.down)(_op(plan.op)(gate, up, *plan.options))
 
 
-def _assignments(linears: dict[str, nn.Linear]):
-    """(gate, up, down, gate_first) for every role assignment the shapes allow."""
-    names = list(linears)
+def projection_weight(child: nn.Module) -> torch.Tensor | None:
+    """The weight of a projection: an ``nn.Linear``'s, or that of the ``nn.Linear`` a wrapper computes
+    around (``base_layer``, as PEFT's tuner layers keep it); None for any other module."""
+    if isinstance(child, nn.Linear):
+        return child.weight
+    base, depth = getattr(child, "base_layer", None), 0
+    while isinstance(base, nn.Module) and not isinstance(base, nn.Linear) and depth < 8:
+        base, depth = getattr(base, "base_layer", None), depth + 1
+    return base.weight if isinstance(base, nn.Linear) and probe.one_tensor_forward(child) else None
+
+
+def _assignments(weights: dict[str, torch.Tensor]):
+    """(gate, up, down, gate_first) for every role assignment the projections' shapes allow."""
+    names = list(weights)
+    shapes = {n: w.shape for n, w in weights.items()}
     if len(names) == 3:
         for gate, up, down in itertools.permutations(names):
-            g, u, d = linears[gate], linears[up], linears[down]
-            if g.weight.shape == u.weight.shape and d.weight.shape == g.weight.shape[::-1]:
+            if shapes[gate] == shapes[up] and shapes[down] == shapes[gate][::-1]:
                 yield gate, up, down, True
     elif len(names) == 2:
         for fused, down in itertools.permutations(names):
-            f, d = linears[fused].weight.shape, linears[down].weight.shape
+            f, d = shapes[fused], shapes[down]
             if f[0] == 2 * d[1] and f[1] == d[0]:
                 yield fused, None, down, True
                 yield fused, None, down, False
 
 
-def match_gated_mlp(module: nn.Module) -> MlpPlan | LeftAlone | None:
+def _projections(module: nn.Module) -> dict[str, torch.Tensor] | None:
+    """The projections' weights by child name, where ``module`` has the shape of a gated MLP."""
     children = dict(module.named_children())
-    linears = {n: c for n, c in children.items() if isinstance(c, nn.Linear)}
-    others = [c for n, c in children.items() if n not in linears]
-    if (len(linears) not in (2, 3) or any(True for c in others for _ in c.parameters())
+    weights = {n: w for n, c in children.items() if (w := projection_weight(c)) is not None}
+    others = [c for n, c in children.items() if n not in weights]
+    if (len(weights) not in (2, 3) or any(True for c in others for _ in c.parameters())
             or any(True for _ in module.parameters(recurse=False)) or not probe.one_tensor_forward(module)):
         return None
-    candidates = list(_assignments(linears))
+    return weights
+
+
+def match_gated_mlp(module: nn.Module) -> MlpPlan | LeftAlone | None:
+    weights = _projections(module)
+    candidates = [] if weights is None else list(_assignments(weights))
     if not candidates:
         return None
     if probe.is_meta(module):
         return LeftAlone("parameters on the meta device: no probe can confirm the forward")
-    weight = linears[candidates[0][0]].weight
+    weight = weights[candidates[0][0]]
     x = probe.randn(2, 3, weight.shape[1], dtype=weight.dtype, device=weight.device)
-    wanted = probe.attempt(type(module).forward, module, x)
+    wanted, error = probe.seeded(type(module).forward, module, x)
+    if error is not None:
+        return LeftAlone(f"a gated MLP by its projections, but its forward raised on a probe of shape {tuple(x.shape)}: "
+                         f"{type(error).__name__}: {error}")
     if not isinstance(wanted, torch.Tensor):
         return None
+    wrapped = tuple(n for n in weights if not isinstance(getattr(module, n), nn.Linear))
     for (gate, up, down, gate_first), (op, options) in itertools.product(candidates, ACTIVATIONS):
-        plan = MlpPlan(op, options, gate, up, down, gate_first)
-        if linears[gate].weight.shape[1] == weight.shape[1] and probe.same(wanted, probe.attempt(_compute, module, plan, x)):
+        plan = MlpPlan(op, options, gate, up, down, gate_first, wrapped)
+        if weights[gate].shape[1] == weight.shape[1] and probe.same(wanted, probe.seeded(_compute, module, plan, x)[0]):
             return plan
     return LeftAlone("a gated MLP by its projections, but no activation of swiglu/geglu reproduces its forward bit for bit")
 

@@ -94,11 +94,53 @@ def _put_back(module: nn.Module, saved: dict[str, Any]) -> None:
             attrs[key] = value
 
 
+def _fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules of ``model`` that FSDP2's ``fully_shard`` took (none where FSDP was never loaded)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    kind = getattr(fsdp, "FSDPModule", None)
+    return [] if kind is None else [m for m in model.modules() if isinstance(m, kind)]
+
+
+def _is_fsdp_hook(hook: Any) -> bool:
+    return (getattr(getattr(hook, "__func__", hook), "__module__", None) or "").startswith("torch.distributed.fsdp")
+
+
+@contextlib.contextmanager
+def _gathered(model: nn.Module) -> Iterator[None]:
+    """Probes of an FSDP2-sharded model see its parameters whole, as its forward does: every group is
+    unsharded (an all-gather per group, in module order, the same on every rank: each rank patches the
+    same model) and FSDP's forward hooks are held back, so a probe that calls a submodule neither
+    reshards it nor starts FSDP's root state from the wrong module. Resharded after. This holds the
+    whole model on each rank while the rules match; patching before ``fully_shard`` does not."""
+    sharded = _fsdp_modules(model)
+    hidden = [(hooks, dict(hooks)) for m in sharded for hooks in (m._forward_pre_hooks, m._forward_hooks)]
+    try:
+        for m in sharded:
+            m.unshard()
+        for hooks, everything in hidden:
+            for key in [k for k, hook in everything.items() if _is_fsdp_hook(hook)]:
+                del hooks[key]
+        yield
+    finally:
+        for hooks, everything in hidden:  # in their order: FSDP's pre-forward hook runs first
+            hooks.clear()
+            hooks.update(everything)
+        for m in sharded:
+            m.reshard()
+
+
 @contextlib.contextmanager
 def preserved(model: nn.Module) -> Iterator[None]:
     """Whatever probes do to ``model`` is undone after: every module's attributes (the ``training``
     flag, plain values, which tensors it holds), buffers' values, parameters' ``grad`` and
-    ``requires_grad``. A parameter changed in place cannot be put back (no copy is kept): warned."""
+    ``requires_grad``. A parameter changed in place cannot be put back (no copy is kept): warned.
+    An FSDP2-sharded model is probed with its parameters gathered (``_gathered``)."""
+    with _gathered(model), _kept(model):
+        yield
+
+
+@contextlib.contextmanager
+def _kept(model: nn.Module) -> Iterator[None]:
     modules = list(model.modules())
     saved = [(m, _shallow(m)) for m in modules]
     buffers = [(b, b._version, b.detach().clone()) for m in modules for b in m._buffers.values() if b is not None]
@@ -157,6 +199,25 @@ def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except Exception:
         return None
+
+
+def seeded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Exception | None]:
+    """``(fn(*args, **kwargs), None)``, or ``(None, what it raised)``, run from one random state
+    (torch's generator, and that of each device the tensor arguments are on, seeded alike), so a
+    forward and its candidate draw the same dropout masks; ``Refused`` as ``attempt``. ``session()``
+    puts the random state back."""
+    reason = getattr(_refusal, "reason", None)
+    if reason is not None:
+        raise Refused(reason)
+    torch.default_generator.manual_seed(SEED)
+    for device in {a.device for a in args if isinstance(a, torch.Tensor) and a.device.type != "cpu"}:
+        accelerator = torch.get_device_module(device.type)
+        with accelerator.device(device):
+            accelerator.manual_seed(SEED)
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as e:
+        return None, e
 
 
 def with_random_parameters(module: nn.Module, center: float = 1.0) -> nn.Module:
