@@ -4,11 +4,17 @@ dispatch fronts for the dispatcher-level modules.
 A module marked ``pytestmark = pytest.mark.both_fronts`` runs each of its tests twice: with the
 Python routers alone and with the compiled front above them (built once per session into the user
 cache; where no C++ compiler can build it, the compiled half skips with the compiler's reason).
+
+A test marked ``override`` asserts from a trace that an override ran (or declined, saying why). With
+``--overrides-off``, run under ``PYTHON_NATIVE_DISABLE=1``, each such test is a strict xfail: one
+that still passes with no override installed fails the run, so a test that would compare aten with
+aten cannot claim to check an override; every unmarked test must still pass.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import types
 
 import pytest
@@ -17,6 +23,7 @@ from packaging.version import Version
 
 import python_native as pn
 from python_native.core.registry import REGISTRY
+from python_native.foundations import env
 
 TEST_DSL = "testdsl"
 
@@ -28,10 +35,38 @@ if TEST_DSL not in pn.all_dsls:
 
 
 FRONTS = ("python", "compiled")
+OVERRIDES_OFF = "--overrides-off"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        OVERRIDES_OFF, action="store_true",
+        help="with PYTHON_NATIVE_DISABLE=1: every test marked `override` must fail (strict xfail), "
+             "every other test must pass",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "both_fronts: run each test with the Python routers and the compiled front")
+    if config.getoption(OVERRIDES_OFF) and not env.overrides_disabled():
+        raise pytest.UsageError(
+            f"{OVERRIDES_OFF} expects the tests marked `override` to fail because no override runs, but "
+            f"{env.DISABLE_ALL[0]} is {os.environ.get(env.DISABLE_ALL[0])!r}: set {env.DISABLE_ALL[0]}=1 "
+            f"(or leave out {OVERRIDES_OFF})"
+        )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--overrides-off``, a test marked ``override`` must fail, by an assertion."""
+    if not config.getoption(OVERRIDES_OFF):
+        return
+    expected = pytest.mark.xfail(
+        strict=True, raises=AssertionError,
+        reason=f"{env.DISABLE_ALL[0]}=1: no override runs, so a test asserting that one ran must fail",
+    )
+    for item in items:
+        if item.get_closest_marker("override") is not None:
+            item.add_marker(expected)
 
 
 def pytest_generate_tests(metafunc):

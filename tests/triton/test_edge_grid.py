@@ -3,9 +3,13 @@
 Every op of the Triton library, through torch's public API, on empty, stride-0, transposed,
 channels-last, NaN/inf and very wide (65,537 columns) inputs, in each float dtype (float64 too:
 the overrides decline it, and that must be invisible), as a plain call with its backward, with
-mixed ``requires_grad``, through ``out=`` and in place. Each case runs with the overrides on and
-off (``pn.triton.disabled()``); values (within ``verify``'s dtype tolerances, against the float64
-truth as well), dtypes, shapes, strides, which gradients exist and the types of errors must agree.
+mixed ``requires_grad``, and through the one ``out=`` form an override serves (layer norm's: aten's
+``out=`` wrapper calls the functional op). Each case runs with the overrides on and off
+(``pn.triton.disabled()``); values (within ``verify``'s dtype tolerances, against the float64 truth
+as well), dtypes, shapes, strides, which gradients exist and the types of errors must agree, and
+the trace must show each routed op served by its Triton override, or declined with the reason the
+overrides give for that input (``Op.expected``): a case aten serves on both sides proves nothing.
+The ``out=`` and in-place forms of the other ops have no override, so they are not in the grid.
 
 Specials sit at the start of their rows: where aten's own layer norm finds the mean of a row
 holding inf depends on where in its vector lanes the inf falls (NaN almost everywhere, inf for the
@@ -16,17 +20,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, elementwise_contract, requires_triton
+from triton_testing import DEVICE, assert_routed, elementwise_contract, requires_triton
 
 import python_native as pn
 from python_native.tools import verify
 
-pytestmark = [requires_triton, pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+pytestmark = [requires_triton, pytest.mark.override, pytest.mark.filterwarnings("ignore::RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")]
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -88,6 +92,15 @@ class Op:
     # casts are the same code at every width.
     wide_dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
     elementwise: bool = False  # special values checked against the op's contract (``elementwise_contract``)
+    routed: tuple[str, ...] = ()  # the aten ops a call routes, forward then backward
+    declines: dict[str, dict[str, str]] = field(default_factory=dict)  # layout -> {op: the reason's words}
+
+    def expected(self, layout: str, dtype: torch.dtype) -> dict[str, str | None]:
+        """Per routed op, None where a Triton override serves it, else the words of its decline."""
+        if dtype == torch.float64:
+            return dict.fromkeys(self.routed, FLOAT64)
+        reasons = self.declines.get(layout, {})
+        return {op: reasons.get(op) for op in self.routed}
 
     def reference(self, layout: str, dtype: torch.dtype) -> Callable[..., Tensor]:
         """aten's forward as the reference: an elementwise op's specials per its contract, in the dtypes
@@ -111,22 +124,50 @@ def _ln_params(x: Tensor) -> list[Tensor]:
 
 NARROW_HALF = (torch.float32, torch.float64)
 
+# The words of the overrides' declines (``Op.declines``), as a trace's reasons give them.
+FLOAT64 = "dtype float64"
+EMPTY = "empty input"
+
+
+def _row_op(routed: tuple[str, ...], not_rows: str, **declines: dict[str, str]) -> dict:
+    """``routed`` and ``declines`` of a row op: empty inputs and channels-last rows declined (``not_rows``)."""
+    every = {"empty_rows": EMPTY, "empty_cols": EMPTY, "channels_last": not_rows}
+    return {"routed": routed, "declines": {lay: dict.fromkeys(routed, why) for lay, why in every.items()} | declines}
+
+
+def _elementwise_op(routed: tuple[str, ...]) -> dict:
+    return {"routed": routed, "declines": {lay: dict.fromkeys(routed, EMPTY) for lay in ("empty_rows", "empty_cols")},
+            "elementwise": True}
+
+
+SOFTMAX = _row_op(("_softmax", "_softmax_backward_data"), "is not the last dim")
+LOG_SOFTMAX = _row_op(("_log_softmax", "_log_softmax_backward_data"), "is not the last dim")
+# Rows wider than the forward's register tile: the forward declines, the streamed backward serves.
+LAYER_NORM = _row_op(("native_layer_norm", "native_layer_norm_backward"), "the rows do not form one strided row axis",
+                     wide={"native_layer_norm": "exceed the kernel's"})
+# The backward's bmms multiply by the other operand, an inner dim K > 1: aten's.
+BMM = {"routed": ("bmm",), "declines": {"empty_rows": {"bmm": "empty or mismatched batches"},
+                                        "inner_dim_2": {"bmm": "not an outer product"}}}
+
 OPS = {
-    "softmax": Op("softmax", lambda x: F.softmax(x, _softmax_dim(x)), lambda lay, g: [_rows(lay, g)]),
-    "log_softmax": Op("log_softmax", lambda x: F.log_softmax(x, _softmax_dim(x)), lambda lay, g: [_rows(lay, g)]),
+    "softmax": Op("softmax", lambda x: F.softmax(x, _softmax_dim(x)), lambda lay, g: [_rows(lay, g)], **SOFTMAX),
+    "log_softmax": Op("log_softmax", lambda x: F.log_softmax(x, _softmax_dim(x)), lambda lay, g: [_rows(lay, g)],
+                      **LOG_SOFTMAX),
     "layer_norm": Op("layer_norm", lambda x, w, b: F.layer_norm(x, _ln_shape(x), w, b, 1e-5),
-                     lambda lay, g: [x := _rows(lay, g), *_ln_params(x)], wide_dtypes=NARROW_HALF),
+                     lambda lay, g: [x := _rows(lay, g), *_ln_params(x)], wide_dtypes=NARROW_HALF, **LAYER_NORM),
     # The statistics too: the mean of a row holding inf is NaN, as aten's.
     "native_layer_norm": Op("native_layer_norm", lambda x, w, b: torch.native_layer_norm(x, _ln_shape(x), w, b, 1e-5),
-                            lambda lay, g: [x := _rows(lay, g), *_ln_params(x)], wide_dtypes=NARROW_HALF),
+                            lambda lay, g: [x := _rows(lay, g), *_ln_params(x)], wide_dtypes=NARROW_HALF,
+                            **LAYER_NORM),
     "layer_norm_bare": Op("layer_norm_bare", lambda x: F.layer_norm(x, _ln_shape(x)), lambda lay, g: [_rows(lay, g)],
-                          wide_dtypes=NARROW_HALF),
-    "gelu": Op("gelu", F.gelu, lambda lay, g: [_rows(lay, g) * 3], elementwise=True),
+                          wide_dtypes=NARROW_HALF, **LAYER_NORM),
+    "gelu": Op("gelu", F.gelu, lambda lay, g: [_rows(lay, g) * 3], **_elementwise_op(("gelu", "gelu_backward"))),
     "gelu_tanh": Op("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), lambda lay, g: [_rows(lay, g) * 3],
-                    elementwise=True),
-    "silu": Op("silu", F.silu, lambda lay, g: [_rows(lay, g) * 3], elementwise=True),
+                    **_elementwise_op(("gelu", "gelu_backward"))),
+    "silu": Op("silu", F.silu, lambda lay, g: [_rows(lay, g) * 3], **_elementwise_op(("silu", "silu_backward"))),
     "bmm": Op("bmm", torch.bmm, lambda lay, g: _bmm_inputs(lay, g),
-              ("contiguous", "empty_rows", "stride0", "transposed", "specials", "wide", "inner_dim_2"), NARROW_HALF),
+              ("contiguous", "empty_rows", "stride0", "transposed", "specials", "wide", "inner_dim_2"), NARROW_HALF,
+              **BMM),
 }
 
 
@@ -157,7 +198,11 @@ def _bmm_inputs(layout: str, g: torch.Generator) -> list[Tensor]:
 class Outcome:
     tensors: list[Tensor | None] | None  # outputs, then gradients (None: no gradient)
     error: type | None = None
-    fired: bool = False
+    events: list = field(default_factory=list)  # the trace's
+
+    @property
+    def fired(self) -> bool:
+        return any(e.dsl == "triton" and e.outcome == "override" for e in self.events)
 
 
 def _seed(*parts: object) -> torch.Generator:
@@ -169,9 +214,8 @@ def _run(body: Callable[[], list[Tensor | None]], scope) -> Outcome:
         try:
             tensors = body()
         except Exception as e:  # noqa: BLE001 - the error type is compared with aten's
-            return Outcome(None, type(e))
-    return Outcome([None if v is None else v.detach() for v in tensors],
-                   fired=any(e.dsl == "triton" and e.outcome == "override" for e in t.events))
+            return Outcome(None, type(e), t.events)
+    return Outcome([None if v is None else v.detach() for v in tensors], events=t.events)
 
 
 def _functional(forward: Callable[..., Tensor], inputs: list[Tensor], grads: tuple[bool, ...],
@@ -219,9 +263,8 @@ def _check(op: Op, layout: str, dtype: torch.dtype, grads: tuple[bool, ...], lab
     ref = _run(_functional(op.reference(layout, dtype), inputs, grads, seed), pn.triton.disabled())
     truth = _run(_functional(op.reference(layout, dtype), wide_inputs, grads, seed), pn.triton.disabled())
     assert not ref.fired and not truth.fired
+    assert_routed(got.events, op.expected(layout, dtype), label)
     _compare(got, ref, truth, label, len(got.tensors or ()) - len(inputs))
-    if layout == "contiguous" and dtype == torch.float32:
-        assert got.fired, f"{label}: no override served the plain case: the grid would test aten against itself"
 
 
 CASES = [
@@ -257,26 +300,20 @@ def test_mixed_requires_grad(name, grads, layout, dtype):
 
 # ----- out= -----
 
+# The one out= form an override serves: aten's out= wrapper of native_layer_norm calls the functional
+# op, which routes. The others (softmax, gelu, silu, bmm, ...) and the in-place activations have no
+# override (see the user guide's list of what aten keeps), so they are not in the grid.
 OUT_OPS: dict[str, Callable[..., tuple[Tensor, ...]]] = {
-    "softmax": lambda x, out: torch.ops.aten._softmax.out(x, -1, False, out=out[0]),
-    "log_softmax": lambda x, out: torch.ops.aten._log_softmax.out(x, -1, False, out=out[0]),
-    "gelu": lambda x, out: torch.ops.aten.gelu.out(x, approximate="tanh", out=out[0]),
-    "silu": lambda x, out: torch.ops.aten.silu.out(x, out=out[0]),
-    "bmm": lambda a, b, out: torch.bmm(a, b, out=out[0]),
     "layer_norm": lambda x, w, b, out: torch.ops.aten.native_layer_norm.out(
         x, (x.shape[-1],), w, b, 1e-5, out0=out[0], out1=out[1], out2=out[2]),
 }
+OUT_ROUTED = {"layer_norm": ("native_layer_norm",)}
 OUT_KINDS = ("empty", "sized", "transposed", "wrong_dtype")
 
 
 def _out_tensors(name: str, inputs: list[Tensor], kind: str) -> list[Tensor]:
     x = inputs[0]
-    if name == "bmm":
-        shapes = [(x.shape[0], x.shape[1], inputs[1].shape[2])]
-    elif name == "layer_norm":
-        shapes = [tuple(x.shape), (x.shape[0], 1), (x.shape[0], 1)]
-    else:
-        shapes = [tuple(x.shape)]
+    shapes = [tuple(x.shape), (x.shape[0], 1), (x.shape[0], 1)]
     dtype = x.dtype if kind != "wrong_dtype" else (torch.float32 if x.dtype == torch.float64 else torch.float64)
     if kind == "empty":
         return [torch.empty(0, dtype=dtype, device=DEVICE) for _ in shapes]
@@ -293,50 +330,21 @@ OUT_CASES = [(name, kind, layout, dtype) for name in OUT_OPS for kind in OUT_KIN
 @pytest.mark.parametrize("name, kind, layout, dtype", OUT_CASES,
                          ids=[f"{n}-{k}-{lay}-{str(d)[6:]}" for n, k, lay, d in OUT_CASES])
 def test_out_variants(name, kind, layout, dtype):
-    maker = OPS[name].make if name != "layer_norm" else (lambda lay, g: [x := _rows(lay, g), *_ln_params(x)])
-    inputs = [_on_device(t, dtype) for t in maker(layout, _seed(name, layout))]
-
-    def body_for(tensors: list[Tensor]) -> Callable[[], list]:
-        def body() -> list[Tensor]:
-            outs = _out_tensors(name, tensors, kind)
-            got = OUT_OPS[name](*tensors, outs)
-            got = got if isinstance(got, tuple) else (got,)
-            same = [torch.tensor(g is o) for g, o in zip(got, outs, strict=True)]
-            return [*outs, *same]
-
-        return body
-
-    label = f"{name} out={kind} {layout} {dtype}"
-    got = _run(body_for(inputs), pn.trace())
-    ref = _run(body_for(inputs), pn.triton.disabled())
-    _compare(got, ref, None, label)
-
-
-# ----- in place -----
-
-INPLACE_OPS: dict[str, Callable[[Tensor], Tensor]] = {
-    "silu": lambda x: F.silu(x, inplace=True),
-    "gelu": lambda x: torch.ops.aten.gelu_(x),
-    "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
-}
-INPLACE_CASES = [(name, layout, dtype) for name in INPLACE_OPS for layout in ROW_LAYOUTS
-                 for dtype in (DTYPES if layout != "wide" else NARROW_HALF)]
-
-
-@pytest.mark.parametrize("name, layout, dtype", INPLACE_CASES,
-                         ids=[f"{n}-{lay}-{str(d)[6:]}" for n, lay, d in INPLACE_CASES])
-def test_inplace_variants(name, layout, dtype):
-    (x,) = OPS[name].make(layout, _seed(name, layout))
-    x = _on_device(x, dtype)
+    inputs = [_on_device(t, dtype) for t in OPS[name].make(layout, _seed(name, layout))]
 
     def body() -> list[Tensor]:
-        target = x if x.numel() and 0 in x.stride() else _on_device(x, dtype)  # a stride-0 target: aten's error
-        result = INPLACE_OPS[name](target)
-        return [result, target, torch.tensor(result is target)]
+        outs = _out_tensors(name, inputs, kind)
+        got = OUT_OPS[name](*inputs, outs)
+        got = got if isinstance(got, tuple) else (got,)
+        same = [torch.tensor(g is o) for g, o in zip(got, outs, strict=True)]
+        return [*outs, *same]
 
-    label = f"{name}_ {layout} {dtype}"
-    _compare(_run(body, pn.trace()), _run(body, pn.triton.disabled()), None, label)
-
+    label = f"{name} out={kind} {layout} {dtype}"
+    got, ref = _run(body, pn.trace()), _run(body, pn.triton.disabled())
+    assert not ref.fired
+    why = FLOAT64 if dtype == torch.float64 else None
+    assert_routed(got.events, dict.fromkeys(OUT_ROUTED[name], why), label)  # the error of a wrong dtype comes after
+    _compare(got, ref, None, label)
 
 
 # ----- the edge values found wrong once, named -----

@@ -43,8 +43,41 @@ class Run:
     def fell_back(self, op: str) -> bool:
         return (None, "fallback") in self.outcomes(op) and not self.overridden(op)
 
+    def declined(self, op: str, why: str) -> bool:
+        """Whether aten served every call of ``op``, the Triton override saying ``why`` (see ``routing_problems``)."""
+        return not routing_problems(self.events, {op: why})
+
     def triton_events(self) -> list:
         return [e for e in self.events if e.dsl == "triton"]
+
+
+def routing_problems(events: Iterable, expected: dict[str, str | None]) -> list[str]:
+    """What in ``events`` (a trace's) contradicts ``expected``: per op symbol, None where a Triton
+    override must have served it (at least one call), else words the Triton override's reason must
+    hold (in at least one call: a backward may route the same op for other reasons) where it declined
+    or was switched off, and aten served every call of the op. An op never dispatched contradicts
+    either: a test that saw no routed call proves nothing about the override."""
+    events = list(events)
+    problems = []
+    for op, why in expected.items():
+        seen = [(e.dsl, e.outcome, e.reason or "") for e in events if e.op == op]
+        served = [s for s in seen if s[:2] == ("triton", "override")]
+        if why is None and not served:
+            problems.append(f"{op}: no Triton override served it ({seen or 'never dispatched'})")
+        elif why is not None and (served or not any(_triton_says(r, why) for _, _, r in seen)):
+            problems.append(f"{op}: expected the Triton override to decline saying '{why}', got {seen or 'never dispatched'}")
+    return problems
+
+
+def _triton_says(reason: str, why: str) -> bool:
+    """Whether the Triton part of a fallback's reason (``"triton: ...; cutedsl: ..."``) holds ``why``."""
+    return any(part.startswith("triton: ") and why in part for part in reason.split("; "))
+
+
+def assert_routed(events: Iterable, expected: dict[str, str | None], what: str) -> None:
+    """``routing_problems`` is empty, else fail naming them."""
+    problems = routing_problems(events, expected)
+    assert not problems, f"{what}: " + "; ".join(problems)
 
 
 def elementwise_contract(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
