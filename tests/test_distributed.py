@@ -2,8 +2,9 @@
 ranks on CPU, Triton's kernels through its interpreter.
 
 One two-rank job runs every scenario (each rank imports torch and compiles its kernels once), with
-the overrides on and then off, and prints what each rank saw; the tests read that. Bounded in time:
-a rank that hangs fails the tests instead of the suite.
+the overrides on and then off, and prints what each rank saw; the tests read that. A second job
+patches a tiny Llama (``pn.patch``) before and after FSDP2's ``fully_shard`` and trains it one step.
+Bounded in time: a rank that hangs fails the tests instead of the suite.
 """
 
 from __future__ import annotations
@@ -130,9 +131,68 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def ranks() -> list[dict]:
-    """Run the two-rank job once for the module; each rank's report."""
+PATCH_RANK = r"""
+import json, os
+import torch, torch.distributed as dist
+import python_native as pn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from python_native.tools import tiny_models
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (world,))
+llama = lambda: tiny_models.build("llama")  # noqa: E731
+batch = tiny_models.example_inputs(llama(), batch=2, seq=16, seed=rank)  # each rank its own tokens
+
+
+def shard(m):
+    for layer in m.model.layers:
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(m, mesh=mesh)
+
+
+def entries(report):  # fully_shard renames the class it takes (FSDPLlamaForCausalLM)
+    unwrap = lambda name: name.removeprefix("FSDP")  # noqa: E731
+    return sorted([e.rule, unwrap(e.target), e.status, e.detail, [unwrap(n) for n in e.modules]] for e in report.entries)
+
+
+# The unsharded, unpatched model: each rank's loss, and the gradients averaged over the ranks (as FSDP's).
+ref = llama()
+with pn.triton.disabled():
+    ref_loss = ref(**batch).loss
+    ref_loss.backward()
+ref_grads = {}
+for n, p in ref.named_parameters():
+    dist.all_reduce(p.grad)
+    ref_grads[n] = p.grad / world
+
+unsharded = llama()
+before = llama()
+reports = {"unsharded": pn.patch(unsharded, dry_run=True), "before": pn.patch(before)}
+shard(before)
+after = shard(llama())
+reports["after"] = pn.patch(after)
+out = {"rank": rank, "reports": {k: entries(r) for k, r in reports.items()}}
+for name, m in (("before", before), ("after", after)):
+    with pn.trace() as t:
+        loss = m(**batch).loss
+        loss.backward()
+    out[name] = {
+        "loss": [loss.item(), ref_loss.item()],
+        "grads_apart": [n for n, p in m.named_parameters()
+                        if not torch.allclose(p.grad.full_tensor(), ref_grads[n], rtol=1e-4, atol=1e-6)],
+        "grads": len(ref_grads),
+        "served": sorted({(e.op, (e.module or "").removeprefix("FSDP")) for e in t.events if e.outcome == "override"}),
+        "unpatched": pn.unpatch(m),
+    }
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def _launch(script: str) -> list[dict]:
+    """Run ``script`` on two gloo ranks; each rank's report (its last line of output, JSON)."""
     port = str(_free_port())
     procs = []
     for rank in range(WORLD):
@@ -141,7 +201,7 @@ def ranks() -> list[dict]:
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(rank), "WORLD_SIZE": str(WORLD),
             "LOCAL_RANK": str(rank), "OMP_NUM_THREADS": "1",
         }
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=environ, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=environ, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     reports = []
     try:
@@ -155,6 +215,19 @@ def ranks() -> list[dict]:
                 proc.kill()
                 proc.communicate()
     return sorted(reports, key=lambda r: r["rank"])
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict]:
+    """Run the two-rank job once for the module; each rank's report."""
+    return _launch(RANK)
+
+
+@pytest.fixture(scope="module")
+def patched_ranks() -> list[dict]:
+    """Run the two-rank patching job once for the module; each rank's report."""
+    pytest.importorskip("transformers")
+    return _launch(PATCH_RANK)
 
 
 LOSS_OPS = ["_log_softmax", "_log_softmax_backward_data", "gelu", "gelu_backward", "native_layer_norm",
@@ -179,3 +252,30 @@ def test_dtensor_shards_and_replicas_go_through_the_overrides(ranks):
 def test_a_switch_stays_on_its_rank(ranks):
     assert ranks[0]["toggle"] == {"fired": ["_softmax"], "enabled": True}
     assert ranks[1]["toggle"] == {"fired": [], "enabled": False}
+
+
+PATCH_RULES = ["causal_lm_loss", "gated_mlp", "rms_norm", "rotary"]
+
+
+def test_patching_after_fully_shard_reports_what_patching_before_does(patched_ranks):
+    for report in patched_ranks:
+        reports = report["reports"]
+        assert reports["after"] == reports["before"], (report["rank"], reports)
+        assert [[rule, detail] for rule, _, _, detail, _ in reports["after"]] == [
+            [rule, detail] for rule, _, _, detail, _ in reports["unsharded"]]  # as a dry run of the model unsharded
+        assert [(rule, status) for rule, _, status, _, _ in reports["after"]] == [(r, "patched") for r in PATCH_RULES]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_sharded_patched_llama_trains_as_the_unsharded_unpatched_one(patched_ranks, when):
+    for report in patched_ranks:
+        seen = report[when]
+        loss, want = seen["loss"]
+        assert abs(loss - want) <= 1e-5 * abs(want), (report["rank"], seen["loss"])
+        assert seen["grads"] > 0 and seen["grads_apart"] == [], (report["rank"], seen["grads_apart"])
+        served = {tuple(s) for s in seen["served"]}
+        for op, module in [("swiglu", "model.layers.1.mlp"), ("rms_norm", "model.layers.0.input_layernorm"),
+                           ("rotary", "model.layers.1.self_attn"), ("linear_cross_entropy.forward", "LlamaForCausalLM")]:
+            backward = op.replace("forward", "backward") if "." in op else f"{op}_backward"
+            assert {(op, module), (backward, module)} <= served, (report["rank"], op, served)
+        assert seen["unpatched"]
