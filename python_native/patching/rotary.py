@@ -25,14 +25,67 @@ from python_native.patching.rules import LeftAlone, PatchRule
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+# How a modeling module lays out the pairs it rotates, and the tables it is given.
+LAYOUTS = {
+    "half-split": "pairs (i, i + d/2), the tables as given",
+    "half-width tables": "pairs (i, i + d/2), tables of d/2 angles (GPT-OSS)",
+    "interleaved, split out": "pairs (2i, 2i + 1) from the tables' first half, returned half-split (DeepSeek)",
+    "interleaved": "pairs (2i, 2i + 1) from the tables' first half, kept in place (GLM)",
+}
+# (head dim, table width, what the probe confirms): the full width, and a rotated part of the head dim.
+SHAPES = {"half-width tables": ((8, 4, "full"),), None: ((8, 8, "full"), (12, 8, "partial"))}
+
+
 @dataclasses.dataclass(frozen=True)
 class RotaryPlan:
     extra: tuple[str, ...]  # the parameters after (q, k, cos, sin), in order
     defaults: tuple[tuple[str, Any], ...]
     dtypes: frozenset
+    layout: str = "half-split"
+    widths: frozenset = frozenset({"full"})  # "full": tables over the whole head dim; "partial": its first part
 
     def describe(self) -> str:
-        return f"({', '.join(('q', 'k', 'cos', 'sin', *self.extra))})"
+        return f"({', '.join(('q', 'k', 'cos', 'sin', *self.extra))}); {self.layout}; tables over {_widths(self.widths)}"
+
+
+def _widths(widths: frozenset) -> str:
+    return " or ".join(w for w, key in (("the full head dim", "full"), ("its first part", "partial")) if key in widths)
+
+
+def _split(x: torch.Tensor) -> torch.Tensor:
+    """Interleaved pairs (x0, x1), (x2, x3)... to the half-split order rotary takes."""
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+
+
+def _unsplit(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.stack((x[..., :half], x[..., half:]), dim=-1).flatten(-2)
+
+
+def _tables(layout: str, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """rotary's tables (the angle of each pair twice, half-split) from those the function takes."""
+    if layout == "half-split":
+        return cos, sin
+    if layout != "half-width tables":
+        cos, sin = cos[..., : cos.shape[-1] // 2], sin[..., : sin.shape[-1] // 2]
+    return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+
+
+def apply(layout: str, op: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+          sin: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a function of ``layout`` computes, through ``op`` (rotary): its pairs moved to the
+    half-split order and back, the part of the head dim past the tables passed through."""
+    cos, sin = _tables(layout, cos, sin)
+    width = cos.shape[-1]
+    qr, kr = (q, k) if width == q.shape[-1] else (q[..., :width], k[..., :width])
+    if layout.startswith("interleaved"):
+        qr, kr = _split(qr), _split(kr)
+    qo, ko = op(qr, kr, cos, sin, dim)
+    if layout == "interleaved":
+        qo, ko = _unsplit(qo), _unsplit(ko)
+    if width != q.shape[-1]:
+        qo, ko = torch.cat((qo, q[..., width:]), dim=-1), torch.cat((ko, k[..., width:]), dim=-1)
+    return qo, ko
 
 
 def _signature(function: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
@@ -49,42 +102,101 @@ def _signature(function: Callable[..., Any]) -> tuple[tuple[str, ...], dict[str,
     return tuple(p.name for p in rest), {p.name: p.default for p in rest}
 
 
-def _probe(dtype: torch.dtype, layout_dim: int = 1) -> tuple[torch.Tensor, ...]:
-    q = probe.randn(2, 4, 5, 8, dtype=dtype, seed=1)
-    k = probe.randn(2, 2, 5, 8, dtype=dtype, seed=2)
-    cos, sin = probe.randn(2, 5, 8, dtype=dtype, seed=3), probe.randn(2, 5, 8, dtype=dtype, seed=4)
+def _probe(dtype: torch.dtype, layout_dim: int = 1, head: int = 8, width: int = 8) -> tuple[torch.Tensor, ...]:
+    q = probe.randn(2, 4, 5, head, dtype=dtype, seed=1)
+    k = probe.randn(2, 2, 5, head, dtype=dtype, seed=2)
+    cos, sin = probe.randn(2, 5, width, dtype=dtype, seed=3), probe.randn(2, 5, width, dtype=dtype, seed=4)
     if layout_dim == 2:
         q, k = q.transpose(1, 2), k.transpose(1, 2)
     return q, k, cos, sin
 
 
+def _reference(layout: str) -> Callable[..., Any]:
+    return lambda q, k, cos, sin, dim=1: apply(layout, rotary_op.OP, q, k, cos, sin, dim)
+
+
+def _confirmed(function: Callable[..., Any], layout: str, dtype: torch.dtype = torch.float32, dim: int = 1) -> frozenset:
+    """The table widths (full, partial) for which ``layout`` computes what ``function`` does."""
+    kwargs = {"unsqueeze_dim": dim} if dim != 1 else {}
+    return frozenset(name for head, width, name in SHAPES.get(layout, SHAPES[None])
+                     if probe.same(probe.attempt(function, *(p := _probe(dtype, dim, head, width)), **kwargs),
+                                   probe.attempt(_reference(layout), *p, dim)))
+
+
+def _rotates(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` returns a q-shaped and a k-shaped tensor for some probe shape."""
+    for head, width, _ in (*SHAPES[None], *SHAPES["half-width tables"]):
+        q, k, cos, sin = _probe(torch.float32, 1, head, width)
+        got = probe.attempt(function, q, k, cos, sin)
+        if isinstance(got, tuple) and len(got) == 2 and all(isinstance(g, torch.Tensor) for g in got) \
+                and (got[0].shape, got[1].shape) == (q.shape, k.shape):
+            return True
+    return False
+
+
+def _complex(function: Callable[..., Any]) -> LeftAlone | None:
+    """A function of ``(q, k, freqs)`` that rotates by complex products (Llama 4): recognised, and
+    left alone with what its probe found; None for any other function of three arguments."""
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if len(params) != 3 or any(p.default is not p.empty or p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    q, k = probe.randn(2, 5, 4, 8, seed=1), probe.randn(2, 5, 2, 8, seed=2)
+    angles = probe.randn(2, 5, 4, seed=3)
+    freqs = torch.polar(torch.ones_like(angles), angles)
+    wanted = probe.attempt(function, q, k, freqs)
+    cos, sin = torch.cat((freqs.real, freqs.real), -1), torch.cat((freqs.imag, freqs.imag), -1)
+    ours = probe.attempt(_reference("interleaved"), q, k, cos, sin, 2)
+    if not probe.close(wanted, ours):
+        return None
+    found = "the same bits on its probe" if probe.same(wanted, ours) else "other bits than rotary's real arithmetic"
+    return LeftAlone(f"rotates q and k by complex products with a freqs_cis table ({found}): rotary takes real "
+                     "cos/sin tables, and torch's complex multiply rounds by its own rule on some sizes")
+
+
 def match_rotary(function: Callable[..., Any]) -> RotaryPlan | LeftAlone | None:
     signature = _signature(function)
     if signature is None:
-        return None
+        return _complex(function)
     extra, defaults = signature
+    found = next(((layout, widths) for layout in LAYOUTS if (widths := _confirmed(function, layout))), None)
+    if found is None:
+        return _unmatched(function)
+    layout, widths = found
+    if "unsqueeze_dim" in defaults and not _confirmed(function, layout, dim=2):
+        return LeftAlone("takes unsqueeze_dim but does not unsqueeze the tables as rotary does")
+    dtypes = frozenset(dt for dt in DTYPES if _confirmed(function, layout, dt))
+    return RotaryPlan(extra, tuple(defaults.items()), dtypes, layout, widths)
+
+
+def _unmatched(function: Callable[..., Any]) -> LeftAlone | None:
+    """Why a function that rotates q and k is left alone, or None for one that does not."""
     q, k, cos, sin = _probe(torch.float32)
     wanted = probe.attempt(function, q, k, cos, sin)
-    if not isinstance(wanted, tuple) or len(wanted) != 2:
+    if any(probe.close(wanted, probe.attempt(_reference(layout), q, k, cos, sin)) for layout in LAYOUTS):
+        return LeftAlone("a rotary embedding computed in another order or precision: rotary would change its results")
+    if _rotates(function):
+        return LeftAlone("rotates q and k in a layout none of rotary's reproduces bit for bit ("
+                         + "; ".join(LAYOUTS.values()) + ")")
+    return None
+
+
+def _shape_declined(plan: RotaryPlan, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> str | None:
+    """Why a call's shapes are not those the probe confirmed (None when they are)."""
+    width = cos.shape[-1] * (2 if plan.layout == "half-width tables" else 1)
+    kind = "full" if width == q.shape[-1] else "partial" if width < q.shape[-1] else None
+    if kind in plan.widths and q.dim() == cos.dim() + 1 and k.shape[-1] == q.shape[-1]:
         return None
-    if not probe.same(wanted, rotary_op.OP(q, k, cos, sin, 1)):
-        if probe.close(wanted, rotary_op.OP(q, k, cos, sin, 1)):
-            return LeftAlone("a rotary embedding computed in another order or precision: rotary would change its results")
-        if all(isinstance(w, torch.Tensor) for w in wanted) and (wanted[0].shape, wanted[1].shape) == (q.shape, k.shape):
-            return LeftAlone("rotates q and k another way than rotary (interleaved pairs, part of the head dim, "
-                             "or tables laid out otherwise): rotary would change its results")
-        return None
-    if "unsqueeze_dim" in defaults:
-        qt, kt, cos, sin = _probe(torch.float32, 2)
-        if not probe.same(probe.attempt(function, qt, kt, cos, sin, unsqueeze_dim=2), rotary_op.OP(qt, kt, cos, sin, 2)):
-            return LeftAlone("takes unsqueeze_dim but does not unsqueeze the tables as rotary does")
-    dtypes = frozenset(dt for dt in DTYPES
-                       if probe.same(probe.attempt(function, *_probe(dt)), probe.attempt(rotary_op.OP, *_probe(dt), 1)))
-    return RotaryPlan(extra, tuple(defaults.items()), dtypes)
+    found = {"full": "tables over the full head dim", "partial": "tables over part of the head dim",
+             None: "tables wider than the head dim"}[kind]
+    return (f"q {tuple(q.shape)} with tables {tuple(cos.shape)}: {found}, where the probe confirmed "
+            f"tables over {_widths(plan.widths)}")
 
 
 def replace_rotary(function: Callable[..., Any], plan: RotaryPlan) -> Callable[..., Any]:
-    names, defaults, dtypes = plan.extra, dict(plan.defaults), plan.dtypes
+    names, defaults, dtypes, layout = plan.extra, dict(plan.defaults), plan.dtypes, plan.layout
     op = rotary_op.OP
 
     def rotary(q, k, cos, sin, *args, **kwargs):
@@ -92,14 +204,18 @@ def replace_rotary(function: Callable[..., Any], plan: RotaryPlan) -> Callable[.
         values.update(zip(names, args, strict=False))
         values.update(kwargs)
         dim = values.pop("unsqueeze_dim", 1)
-        if (len(args) > len(names) or set(kwargs) - set(names) or any(values[n] is not defaults[n] for n in values)
-                or q.dtype not in dtypes or q.dtype != k.dtype or cos.dtype != q.dtype
-                or cos.shape[-1] != q.shape[-1] or q.dim() != cos.dim() + 1 or not isinstance(dim, int)):
-            runtime.declined("rotary", q, "arguments the probe did not confirm (dtype, table width, extra "
-                             "arguments): the function's own code ran")
+        why = None
+        if len(args) > len(names) or set(kwargs) - set(names) or any(values[n] is not defaults[n] for n in values):
+            why = "arguments other than unsqueeze_dim off their defaults"
+        elif q.dtype not in dtypes or q.dtype != k.dtype or cos.dtype != q.dtype or not isinstance(dim, int):
+            why = f"q {q.dtype}, k {k.dtype}, tables {cos.dtype}: dtypes the probe did not confirm"
+        else:
+            why = _shape_declined(plan, q, k, cos)
+        if why is not None:
+            runtime.declined("rotary", q, f"{why}: the function's own code ran")
             return function(q, k, cos, sin, *args, **kwargs)
         runtime.routing("rotary", q)
-        return op(q, k, cos, sin, dim)
+        return apply(layout, op, q, k, cos, sin, dim)
 
     return rotary
 
