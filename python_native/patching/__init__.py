@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 
 from torch import nn
 
-from python_native.patching import activations, loss, mlp, norms, rotary
+from python_native.patching import activations, loss, mlp, moe, norms, rotary
 from python_native.patching import rules as _rules
 from python_native.patching.installer import is_patched, patch, report_of, unpatch
 from python_native.patching.report import PatchEntry, PatchReport
@@ -25,7 +25,7 @@ __all__ = ["LeftAlone", "PatchEntry", "PatchReport", "PatchRule", "RuleHandle", 
            "patch_rules", "register_patch_rule", "report_of", "unpatch"]
 
 # Later registrations are tried first: the built-in rules, most general first.
-for _module in (rotary, loss, activations, mlp, norms):
+for _module in (rotary, loss, activations, mlp, moe, norms):
     for _rule in _module.RULES:
         _rules.register(_rule)
 

@@ -1,0 +1,253 @@
+"""The mixture-of-experts rules: routers to ``moe_route``, stacked experts to ``moe_experts``.
+
+``moe_experts`` takes a module whose own parameters are a stacked ``gate_up_proj`` and ``down_proj``
+(3-D, the first dim the experts; optionally ``gate_up_proj_bias`` and ``down_proj_bias``), whose
+children hold no parameters (its activation), and whose forward takes ``(hidden_states, indices,
+weights)``: transformers 5.x's ``*Experts`` modules (Mixtral, Qwen3-MoE, OLMoE, GPT-OSS, DeepSeek-V3),
+whichever experts implementation their config runs. The shapes say whether the weights are stored
+transposed; the probe finds the rest: gate and up concatenated or interleaved, the activation
+(SiLU, GELU, tanh-GELU, or GPT-OSS's clamped SwiGLU with the module's ``limit`` and ``alpha``) and
+how each token's experts are summed (the eager loop's expert order, or ``grouped_mm``'s top-k order).
+
+``moe_router`` takes a module with a ``weight`` of (experts, hidden), an optional ``bias`` of
+(experts), an integer ``top_k``, no children and a forward of one tensor that returns ``(logits,
+weights, indices)``: the routers' linear layer, then ``moe_route`` in the variant the probe finds
+(softmax then top-k, renormalised or not, kept in fp32 or cast back; top-k then softmax; sigmoid
+with the module's correction bias, groups and scaling factor).
+
+Both probe in the module's dtype, on random parameters (routers start at zero), and route only calls
+in the dtype they confirmed. A shared expert is a plain gated MLP (DeepSeek-V3's, Qwen2-MoE's), which
+the gated-MLP rule takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from python_native.ops import moe_experts_op, moe_route_op
+from python_native.patching import probe, runtime
+from python_native.patching.rules import LeftAlone, PatchRule
+
+PROBE_TOKENS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertsPlan:
+    activation: str
+    transposed: bool
+    interleaved: bool
+    limit: float
+    alpha: float
+    combine: str
+    dtype: torch.dtype  # the weights' dtype the probe confirmed
+
+    op = "moe_experts"
+
+    def options(self) -> tuple:
+        return (self.activation, self.transposed, self.interleaved, self.limit, self.alpha, self.combine)
+
+    def describe(self) -> str:
+        layout = ("transposed, " if self.transposed else "") + ("interleaved" if self.interleaved else "gate|up")
+        act = self.activation + (f"(limit={self.limit:g}, alpha={self.alpha:g})" if self.activation == "clamped_swiglu"
+                                 else "")
+        return f"{act}; {layout}; combine={self.combine}"
+
+
+def _stacked(module: nn.Module) -> dict[str, torch.Tensor] | None:
+    params = dict(module.named_parameters(recurse=False))
+    names = set(params)
+    if names not in ({"gate_up_proj", "down_proj"}, {"gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias"}):
+        return None
+    if params["gate_up_proj"].dim() != 3 or params["down_proj"].dim() != 3:
+        return None
+    if any(True for c in module.children() for _ in c.parameters()):
+        return None
+    return params
+
+
+def _layouts(gate_up: torch.Tensor, down: torch.Tensor) -> list[bool]:
+    """The ``transposed`` flags the shapes allow."""
+    (e, a, b), (e2, c, d) = gate_up.shape, down.shape
+    if e != e2:
+        return []
+    return [flag for flag, ok in ((False, a == 2 * d and b == c), (True, b == 2 * c and a == d)) if ok]
+
+
+def _activations(module: nn.Module) -> list[tuple[str, float, float]]:
+    found = [("silu", 7.0, 1.702), ("gelu", 7.0, 1.702), ("gelu_tanh", 7.0, 1.702)]
+    limit, alpha = getattr(module, "limit", None), getattr(module, "alpha", None)
+    if isinstance(limit, (int, float)) and isinstance(alpha, (int, float)):
+        found.insert(0, ("clamped_swiglu", float(limit), float(alpha)))
+    return found
+
+
+def _experts_probe(module: nn.Module, params: dict[str, torch.Tensor]) -> tuple:
+    """(twin with random parameters, hidden, indices, weights): each token sent to three distinct experts
+    (fewer where there are fewer), so the two ways of summing them part."""
+    gate_up = params["gate_up_proj"]
+    experts = gate_up.shape[0]
+    size = gate_up.shape[1] if _layouts(gate_up, params["down_proj"])[0] else gate_up.shape[2]
+    top_k = min(3, experts)
+    g = torch.Generator().manual_seed(probe.SEED)
+    indices = torch.stack([torch.randperm(experts, generator=g)[:top_k] for _ in range(PROBE_TOKENS)])
+    twin = probe.with_random_parameters(module, center=0.0)
+    hidden = probe.randn(PROBE_TOKENS, size, dtype=gate_up.dtype, device=gate_up.device)
+    weights = probe.randn(PROBE_TOKENS, top_k, dtype=gate_up.dtype, device=gate_up.device, seed=probe.SEED + 7).abs()
+    return twin, hidden, indices.to(gate_up.device), weights
+
+
+def _experts_call(twin: nn.Module, plan: ExpertsPlan, hidden, indices, weights) -> torch.Tensor:
+    return moe_experts_op.OP(hidden, indices, weights, twin.gate_up_proj, twin.down_proj,
+                             getattr(twin, "gate_up_proj_bias", None), getattr(twin, "down_proj_bias", None),
+                             *plan.options())
+
+
+def match_experts(module: nn.Module) -> ExpertsPlan | LeftAlone | None:
+    params = _stacked(module)
+    if params is None or not _layouts(params["gate_up_proj"], params["down_proj"]):
+        return None
+    if probe.is_meta(module):
+        return LeftAlone("parameters on the meta device: no probe can confirm the forward")
+    twin, hidden, indices, weights = _experts_probe(module, params)
+    wanted = probe.attempt(type(module).forward, twin, hidden, indices, weights)
+    if not isinstance(wanted, torch.Tensor):
+        return None
+    dtype = params["gate_up_proj"].dtype
+    for transposed, interleaved, (act, limit, alpha), combine in itertools.product(
+            _layouts(params["gate_up_proj"], params["down_proj"]), (False, True), _activations(module),
+            moe_experts_op.COMBINES):
+        plan = ExpertsPlan(act, transposed, interleaved, limit, alpha, combine, dtype)
+        if probe.same(wanted, probe.attempt(_experts_call, twin, plan, hidden, indices, weights)):
+            return plan
+    return LeftAlone("stacked expert weights, but no layout, activation or sum of moe_experts reproduces its "
+                     "forward bit for bit")
+
+
+def replace_experts(module: nn.Module, plan: ExpertsPlan):
+    original = runtime.own_forward(module)
+
+    def forward(hidden_states, *args, **kwargs):
+        if kwargs or len(args) != 2 or module.gate_up_proj.dtype != plan.dtype:
+            runtime.declined("moe_experts", hidden_states, "arguments or a dtype the probe did not confirm: the "
+                             "module's own forward ran")
+            return original(hidden_states, *args, **kwargs)
+        runtime.routing("moe_experts", hidden_states)
+        return _experts_call(module, plan, hidden_states, *args)
+
+    return forward
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterPlan:
+    top_k: int
+    fp32_logits: bool  # the linear layer in fp32 (DeepSeek-V3), else in the weight's dtype
+    flatten: bool  # inputs of any rank, flattened to (tokens, hidden); else 2-D inputs only
+    route: tuple  # moe_route's options after top_k, the bias left out (``bias_buffer`` names it)
+    bias_buffer: str | None
+    dtype: torch.dtype
+
+    op = "moe_route"
+
+    def describe(self) -> str:
+        names = ("scoring", "topk_first", "renormalize", "renormalize_eps", "n_group", "topk_group", "scaling",
+                 "keep_float")
+        shown = ", ".join(f"{n}={v}" for n, v in zip(names, self.route, strict=True))
+        return f"top_k={self.top_k}, {shown}" + (f", bias={self.bias_buffer}" if self.bias_buffer else "")
+
+
+def _router_params(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    params = dict(module.named_parameters(recurse=False))
+    weight = params.get("weight")
+    if set(params) - {"weight", "bias"} or weight is None or weight.dim() != 2 or any(True for _ in module.children()):
+        return None
+    bias = params.get("bias")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        return None
+    top_k = getattr(module, "top_k", None)
+    if not isinstance(top_k, int) or not 1 <= top_k <= weight.shape[0] or not probe.one_tensor_forward(module):
+        return None
+    return weight, bias
+
+
+def _route_candidates(module: nn.Module, experts: int) -> list[tuple[tuple, str | None]]:
+    """(moe_route options after top_k, correction-bias buffer) worth probing for ``module``."""
+    found: list[tuple[tuple, str | None]] = [
+        (("softmax", False, renorm, 0.0, 1, 1, 1.0, keep), None)
+        for renorm, keep in itertools.product((True, False), (False, True))]
+    found.append((("softmax", True, False, 0.0, 1, 1, 1.0, False), None))
+    buffers = [n for n, b in module.named_buffers(recurse=False) if tuple(b.shape) == (experts,)]
+    groups = getattr(module, "num_group", getattr(module, "n_group", 1))
+    topk_group = getattr(module, "topk_group", 1)
+    scaling = getattr(module, "routed_scaling_factor", 1.0)
+    if not (isinstance(groups, int) and isinstance(topk_group, int) and isinstance(scaling, (int, float))):
+        groups, topk_group, scaling = 1, 1, 1.0
+    for buffer, (renorm, eps) in itertools.product([*buffers[:1], None], ((True, 1e-20), (True, 0.0), (False, 0.0))):
+        found.append((("sigmoid", False, renorm, eps, groups, topk_group, float(scaling), False), buffer))
+    return found
+
+
+def _logits(module: nn.Module, plan: RouterPlan, x: torch.Tensor) -> torch.Tensor:
+    h = x.reshape(-1, module.weight.shape[1]) if plan.flatten else x
+    if plan.fp32_logits:
+        return F.linear(h.float(), module.weight.float())
+    return F.linear(h, module.weight, module.bias if "bias" in module._parameters else None)
+
+
+def _route(module: nn.Module, plan: RouterPlan, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    logits = _logits(module, plan, x)
+    bias = getattr(module, plan.bias_buffer) if plan.bias_buffer else None
+    scoring, topk_first, renorm, eps, groups, topk_group, scaling, keep = plan.route
+    weights, indices = moe_route_op.OP(logits, plan.top_k, scoring, topk_first, renorm, eps, bias, groups, topk_group,
+                                       scaling, keep)
+    return logits, weights, indices
+
+
+def match_router(module: nn.Module) -> RouterPlan | LeftAlone | None:
+    found = _router_params(module)
+    if found is None:
+        return None
+    weight, bias = found
+    if probe.is_meta(module):
+        return LeftAlone("parameters on the meta device: no probe can confirm the forward")
+    twin = probe.with_random_parameters(module, center=0.0)
+    x = probe.randn(2, PROBE_TOKENS // 2, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    flat = probe.attempt(type(module).forward, twin, x.reshape(-1, weight.shape[1]))
+    if not (isinstance(flat, tuple) and len(flat) == 3 and all(isinstance(t, torch.Tensor) for t in flat)):
+        return None
+    batched = probe.attempt(type(module).forward, twin, x)
+    flatten = isinstance(batched, tuple) and probe.same(batched, flat)
+    for fp32, (route, buffer) in itertools.product((False, True), _route_candidates(module, weight.shape[0])):
+        if fp32 and bias is not None:
+            continue
+        plan = RouterPlan(module.top_k, fp32, flatten, route, buffer, weight.dtype)
+        if probe.same(flat, probe.attempt(_route, twin, plan, x.reshape(-1, weight.shape[1]))):
+            return plan
+    return LeftAlone("a router by its weight and top_k, but no variant of moe_route reproduces its forward bit for bit")
+
+
+def replace_router(module: nn.Module, plan: RouterPlan):
+    original = runtime.own_forward(module)
+
+    def forward(hidden_states, *args, **kwargs):
+        if (args or kwargs or module.weight.dtype != plan.dtype or hidden_states.dtype != plan.dtype
+                or (hidden_states.dim() != 2 and not plan.flatten)):
+            runtime.declined("moe_route", hidden_states, "arguments, a rank or a dtype the probe did not confirm: "
+                             "the module's own forward ran")
+            return original(hidden_states, *args, **kwargs)
+        runtime.routing("moe_route", hidden_states)
+        return _route(module, plan, hidden_states)
+
+    return forward
+
+
+RULES = [
+    PatchRule("moe_experts", match_experts, replace_experts, ops=("moe_experts",),
+              description="mixture-of-experts experts stored as stacked gate_up_proj/down_proj weights"),
+    PatchRule("moe_router", match_router, replace_router, ops=("moe_route",),
+              description="mixture-of-experts routers: a linear layer, then softmax or sigmoid and top-k"),
+]
