@@ -87,3 +87,120 @@ def test_reach_needs_a_module_and_a_loss():
 class _NoTensor(torch.nn.Module):
     def forward(self, x):
         return {"nothing": None}
+
+
+# The rules that route dense pieces: an MoE's experts and router are then left to no rule.
+DENSE_RULES = ("rms_norm", "rotary", "causal_lm_loss", "gated_mlp")
+
+
+def _outside(report) -> dict:
+    return {(row.module_class, rule): n for row in report.rows.values() for (rule, _), n in row.outside.items()}
+
+
+@pytest.mark.parametrize("family, experts, router", [
+    ("mixtral", "MixtralExperts", "MixtralTopKRouter"),
+    ("qwen3_moe", "Qwen3MoeExperts", "Qwen3MoeTopKRouter"),
+    ("olmoe", "OlmoeExperts", "OlmoeTopKRouter"),
+])
+def test_an_moes_experts_and_router_count_outside_until_a_rule_takes_them(family, experts, router):
+    m = model(family)
+    with serving(), aten_overrides_off():
+        report = pn.reach(m, kwargs=inputs(m), rules=DENSE_RULES)
+    outside = _outside(report)
+    assert outside[(experts, "moe experts")] == 2 and outside[(router, "moe router")] == 2
+    text = str(report)
+    assert (f"{experts}: moe experts x2: an MoE's experts (an MLP per expert, 4 stacked in 3-D parameters): "
+            "no rule took them; their own code ran") in text
+    assert f"{router}: moe router x2: an MoE's router (scores over 4 experts, then top-k)" in text
+    assert "0 module calls computed outside" not in text
+    with serving(), aten_overrides_off():
+        everything = pn.reach(m, kwargs=inputs(m))  # whatever rules take them now are counted from their results
+    taken = {name for e in everything.patch.patched for name in e.modules}
+    for cls, name in ((experts, "model.layers.0.mlp.experts"), (router, "model.layers.0.mlp.gate")):
+        row = everything.rows[cls]
+        if name in taken:
+            assert ("moe experts" if cls == experts else "moe router") not in {r for r, _ in row.outside}
+        else:
+            assert sum(row.outside.values()) == 2
+
+
+class _Expert(torch.nn.Module):
+    def __init__(self, gated: bool):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+        self.gate = torch.nn.Linear(8, 16) if gated else None
+
+    def forward(self, x):
+        h = torch.relu(self.up(x))
+        return self.down(h * self.gate(x) + 1 if self.gate is not None else h)  # no gated-MLP op computes this
+
+
+class _Moe(torch.nn.Module):
+    def __init__(self, gated: bool):
+        super().__init__()
+        self.router = torch.nn.Linear(8, 3, bias=False)
+        self.experts = torch.nn.ModuleList(_Expert(gated) for _ in range(3))
+
+    def forward(self, x):
+        top = self.router(x).argmax(-1)
+        return sum(e(x) * (top == i)[..., None] for i, e in enumerate(self.experts))
+
+
+def test_a_list_of_expert_mlps_counts_each_expert_call_outside_once():
+    report = pn.reach(_Moe(gated=False), torch.randn(4, 8), patch=False)
+    assert _outside(report) == {("_Expert", "moe experts"): 3, ("Linear", "moe router"): 1}
+    assert "_Expert: moe experts x3: an MoE's experts (an MLP per expert, 3 in a ModuleList)" in str(report)
+    report = pn.reach(_Moe(gated=True), torch.randn(4, 8), patch=False)  # the gated-MLP rule recognises them
+    assert sum(report.rows["_Expert"].outside.values()) == 3 and ("_Expert", "moe experts") not in _outside(report)
+
+
+def test_a_layernorm_that_aten_routes_is_not_also_counted_outside():
+    m = model("nemotron")
+    with serving(), aten_overrides_off():
+        report = pn.reach(m, kwargs=inputs(m))
+    row = report.rows["NemotronLayerNorm1P"]
+    routed = sum(row.override.values()) + sum(row.fallback.values())
+    assert row.calls == 5 and not (routed and row.outside), (row.override, row.fallback, row.outside)
+
+
+def _types(decoder_only: bool) -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    from python_native.tools import tiny_models
+
+    return [t for t in sorted(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+            if (tiny_models.decoder_only(t) is None) == decoder_only]
+
+
+def _reach_or_refuse(family: str, capsys) -> tuple[int, dict]:
+    """The command's JSON answer for ``family``: a report, or an error in one line."""
+    status = main(["reach", "--model", family, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    if status == 0:
+        assert data["rows"] and data["patch"]["model"].endswith("ForCausalLM"), family
+    else:
+        assert status == 2 and "\n" not in data["error"] and data["error"].startswith("--model"), (family, data)
+    return status, data
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3", "falcon", "mamba", "qwen3_next"])
+def test_the_command_reaches_each_family_that_failed_before(family, capsys):
+    status, data = _reach_or_refuse(family, capsys)
+    assert status == 0, data
+
+
+def test_the_command_refuses_a_type_that_is_no_decoder_only_model_in_one_line(capsys):
+    assert main(["reach", "--model", "bert"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "python -m python_native reach: --model: model type 'bert' is a masked-LM encoder "
+        "(its causal LM is that encoder run as a decoder)")
+    assert "is an encoder-decoder model" in _reach_or_refuse("bart", capsys)[1]["error"]
+    assert "is multimodal" in _reach_or_refuse("llama4", capsys)[1]["error"]
+
+
+@pytest.mark.slow
+def test_the_command_reaches_or_refuses_every_causal_lm_type_installed(capsys):
+    """Every decoder-only type runs its step or is refused in one line; the others are refused."""
+    ran = [t for t in _types(decoder_only=True) if _reach_or_refuse(t, capsys)[0] == 0]
+    refused = [t for t in _types(decoder_only=False) if _reach_or_refuse(t, capsys)[0] == 2]
+    assert len(ran) >= 0.8 * len(_types(decoder_only=True)) and refused == _types(decoder_only=False)

@@ -31,6 +31,7 @@ from python_native.patching.report import PatchReport
 
 BACKWARD = "(backward, no module)"
 OUTSIDE_MODULES = "(outside any module)"
+PATCH_DECLINED = "patch: "  # the reason a patched forward gives when it hands a call back (runtime.declined)
 
 
 @dataclasses.dataclass
@@ -151,6 +152,109 @@ def _unserved(events: list, key: str) -> list[str]:
     return sorted(op for op in ops if not getattr(REGISTRY.slots.get((declared.NAMESPACE, op, key)), "overrides", None))
 
 
+def _stacked_experts(module: nn.Module) -> int:
+    """The experts of a module that stacks them: own 3-D parameters (at least two) with one
+    leading dim E > 1, a gated MLP per expert (``gate_up_proj``/``down_proj`` whatever their
+    names); 0 otherwise."""
+    stacked = [p.shape[0] for p in module._parameters.values() if p is not None and p.dim() == 3]
+    return stacked[0] if len(stacked) >= 2 and stacked[0] > 1 and len(set(stacked)) == 1 else 0
+
+
+def _mlp_list(module: nn.Module) -> int:
+    """The experts of a ModuleList of MLPs (modules of one class, each of two or three ``nn.Linear``
+    children: gated or not); 0 otherwise."""
+    items = list(module.children()) if isinstance(module, nn.ModuleList) else []
+    if len(items) < 2 or len({type(m) for m in items}) != 1:
+        return 0
+    linears = [sum(isinstance(c, nn.Linear) for c in m.children()) for m in items]
+    return len(items) if all(n in (2, 3) for n in linears) else 0
+
+
+def _router_of(parent: nn.Module, skip: nn.Module, experts: int) -> list[nn.Module]:
+    """The children of an MoE block that score its ``experts``: a 2-D weight of ``experts`` rows."""
+    return [child for child in parent.children() if child is not skip
+            and any(p is not None and p.dim() == 2 and p.shape[0] == experts for p in child._parameters.values())]
+
+
+EXPERTS = ("moe experts", "an MoE's experts (an MLP per expert, {}): no rule took them; their own code ran")
+ROUTER = ("moe router", "an MoE's router (scores over {} experts, then top-k): no rule took it; its own code ran")
+
+
+def _moe(model: nn.Module) -> dict[int, tuple[str, str]]:
+    """id(module) -> (label, why) for every MoE experts module and router, recognised by structure."""
+    found: dict[int, tuple[str, str]] = {}
+    for parent in model.modules():
+        for child in parent.children():
+            stacked, listed = _stacked_experts(child), _mlp_list(child)
+            if stacked:
+                found[id(child)] = (EXPERTS[0], EXPERTS[1].format(f"{stacked} stacked in 3-D parameters"))
+            for expert in child.children() if listed else ():
+                found[id(expert)] = (EXPERTS[0], EXPERTS[1].format(f"{listed} in a ModuleList"))
+            for router in _router_of(parent, child, stacked or listed) if stacked or listed else ():
+                found[id(router)] = (ROUTER[0], ROUTER[1].format(stacked or listed))
+    return found
+
+
+def _label(entry: Any) -> str:
+    return entry.rule if entry.kind == "module" else f"{entry.rule} ({entry.target.rpartition('.')[2]})"
+
+
+def _declined_by(report: PatchReport, module: str | None, op: str) -> str:
+    """The label of the rule patched in ``module`` that hands ``op``'s calls back: the one routing
+    that op, else the only one patched there, else the op itself."""
+    there = [e for e in report.entries if e.status == "patched" and module in e.modules]
+    public = public_names.public_name_of(op) or op
+    routing = [e for e in there if public in e.ops or op in e.ops]
+    chosen = routing or (there if len(there) == 1 else [])
+    return _label(chosen[0]) if chosen else op
+
+
+def _routed_ops(entry: Any) -> set[str]:
+    return {op for public in entry.ops for op in (public, *public_names.covered(public))}
+
+
+def _count_events(row: Callable[[str], ReachRow], classes: dict, report: PatchReport, events: list,
+                  forward_events: int) -> None:
+    """Served and fell-back calls per class; a call a patched forward handed back to the module's
+    own code (its shape or dtype unconfirmed) is counted outside, under the rule that declined it."""
+    for i, e in enumerate(events):
+        cls = classes.get(e.module, BACKWARD if i >= forward_events else OUTSIDE_MODULES)
+        reason = e.reason or "-"
+        if e.outcome == "override":
+            row(cls).override[e.op] += 1
+        elif reason.startswith(PATCH_DECLINED):
+            label = _declined_by(report, e.module, e.op)
+            row(cls).outside[(label, "patched, but this call ran its own code: " + reason[len(PATCH_DECLINED):])] += 1
+        else:
+            row(cls).fallback[(e.op, reason)] += 1
+
+
+def _count_outside(row: Callable[[str], ReachRow], model: nn.Module, report: PatchReport, events: list,
+                   calls: collections.Counter) -> None:
+    """Calls of modules a rule recognises but left alone (or the step did not patch), and of MoE
+    experts and routers no rule took. An instance whose own calls reached the routers of the
+    rule's ops is not outside (a LayerNorm that ``F.layer_norm`` routes), and none counts twice."""
+    named = {n or type(model).__name__: m for n, m in model.named_modules()}
+    reached = collections.defaultdict(set)
+    for e in events:
+        reached[e.module].add(e.op)
+    counted: set[str] = set()
+    for entry in report.entries:
+        if entry.status == "patched":
+            counted.update(entry.modules)
+            continue
+        why = entry.detail if entry.status == "left alone" else "not patched for this step (pn.patch would route it)"
+        ops = _routed_ops(entry)
+        for name in entry.modules:
+            if name in named and calls.get(name) and not reached[name] & ops and (name, entry.rule) not in counted:
+                counted.update((name, (name, entry.rule)))
+                row(type(named[name]).__name__).outside[(_label(entry), why)] += calls[name]
+    moe = _moe(model)
+    for name, module in named.items():
+        if id(module) in moe and name not in counted and calls.get(name):
+            row(type(module).__name__).outside[moe[id(module)]] += calls[name]
+
+
 def _rows(model: nn.Module, report: PatchReport, events: list, forward_events: int,
           calls: collections.Counter) -> dict[str, ReachRow]:
     classes = {n or type(model).__name__: type(m).__name__ for n, m in model.named_modules()}
@@ -162,21 +266,8 @@ def _rows(model: nn.Module, report: PatchReport, events: list, forward_events: i
     for name, cls in classes.items():
         row(cls).instances += 1
         row(cls).calls += calls.get(name, 0)
-    for i, e in enumerate(events):
-        cls = classes.get(e.module, BACKWARD if i >= forward_events else OUTSIDE_MODULES)
-        if e.outcome == "override":
-            row(cls).override[e.op] += 1
-        else:
-            row(cls).fallback[(e.op, e.reason or "-")] += 1
-    for entry in report.entries:
-        if entry.status == "patched":
-            continue
-        why = entry.detail if entry.status == "left alone" else "not patched for this step (pn.patch would route it)"
-        for name in entry.modules:
-            cls = classes.get(name)
-            if cls is not None and calls.get(name):
-                label = entry.rule if entry.kind == "module" else f"{entry.rule} ({entry.target.rpartition('.')[2]})"
-                row(cls).outside[(label, why)] += calls[name]
+    _count_events(row, classes, report, events, forward_events)
+    _count_outside(row, model, report, events, calls)
     return {cls: r for cls, r in rows.items() if r.calls or r.override or r.fallback or r.outside}
 
 

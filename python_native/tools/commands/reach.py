@@ -57,8 +57,24 @@ def _tiny(args: argparse.Namespace) -> tuple[Any, tuple, dict]:
     from python_native.tools import tiny_models
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = tiny_models.build(args.model, dtype=getattr(torch, args.dtype)).to(device)
+    try:
+        model = tiny_models.build(args.model, dtype=getattr(torch, args.dtype)).to(device)
+    except tiny_models.Unbuildable as e:
+        raise UsageError(f"--model: {e}") from None
     return model, (), tiny_models.example_inputs(model)
+
+
+def _unpatched_step_fails(model: Any, kwargs: dict) -> str | None:
+    """Why transformers' own code cannot run one training step of ``model`` (None when it can):
+    a tiny model whose step fails unpatched is refused, not blamed on the patch."""
+    try:
+        model(**kwargs).loss.backward()
+    except Exception as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return f"{type(e).__name__}: {(lines or [''])[0][:200]}"
+    finally:
+        model.zero_grad(set_to_none=True)
+    return None
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -77,7 +93,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.script is None:
         try:
             tiny_models.config(args.model)
-        except (RuntimeError, ValueError) as e:
+        except (RuntimeError, ValueError) as e:  # tiny_models.Unbuildable included: the type refused, and why
             raise UsageError(f"--model: {e}") from None
 
 
@@ -86,7 +102,14 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     model, inputs, kwargs = _from_script(args.script) if args.script else _tiny(args)
-    report = pn.reach(model, *inputs, kwargs=kwargs, patch=not args.no_patch)
+    try:
+        report = pn.reach(model, *inputs, kwargs=kwargs, patch=not args.no_patch)
+    except Exception:
+        why = None if args.script else _unpatched_step_fails(model, kwargs)
+        if why is None:
+            raise
+        raise UsageError(f"--model {args.model}: transformers' own code fails a training step of its tiny "
+                         f"model, unpatched: {why}") from None
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2, default=str)
         print()
