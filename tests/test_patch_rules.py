@@ -148,3 +148,48 @@ def test_a_forward_wrapped_by_other_code_is_left_alone_and_unpatch_keeps_later_w
     later = block.norm.forward = lambda x: x  # and one installed over the patch
     pn.unpatch(block)
     assert block.norm.forward is later and "forward" not in block.mlp.__dict__
+
+
+class NamedNorm(nn.Module):
+    """Llama's RMSNorm with its weight under another name (or none)."""
+
+    def __init__(self, size: int, name: str | None):
+        super().__init__()
+        self.name, self.eps = name, 1e-6
+        if name is not None:
+            self.register_parameter(name, nn.Parameter(torch.randn(size)))
+
+    def forward(self, x):
+        h = x.float()
+        h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return h if self.name is None else getattr(self, self.name) * h
+
+
+@pytest.mark.parametrize("name, detail", [
+    ("w", "eps=1e-06, offset=0, weight after the cast back, weight=w"),
+    ("scale", "eps=1e-06, offset=0, weight after the cast back, weight=scale"),
+    ("gamma", "eps=1e-06, offset=0, weight after the cast back, weight=gamma"),
+    (None, "eps=1e-06, no weight"),
+])
+def test_an_rms_norm_is_recognised_whatever_its_weight_is_called_or_without_one(name, detail):
+    norm = nn.Sequential(NamedNorm(32, name))
+    x = torch.randn(3, 5, 32)
+    with pn.triton.disabled():
+        want = norm(x)
+    with serving(everywhere=True), pn.triton.disabled(), pn.patched(norm) as report, pn.trace() as t:
+        got = norm(x)
+        if name is not None:
+            got.sum().backward()
+    assert [(e.rule, e.status, e.detail) for e in report.entries] == [("rms_norm", "patched", detail)]
+    assert [(e.op, e.outcome, e.module) for e in t.events if e.op == "rms_norm"] == [("rms_norm", "override", "0")]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if name is not None:
+        assert getattr(norm[0], name).grad is not None
+
+
+def test_a_weightless_module_without_an_eps_is_not_probed_as_a_norm():
+    class Scale(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    assert pn.patch(nn.Sequential(Scale()), dry_run=True).entries == []
