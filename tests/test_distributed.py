@@ -3,7 +3,8 @@ ranks on CPU, Triton's kernels through its interpreter.
 
 One two-rank job runs every scenario (each rank imports torch and compiles its kernels once), with
 the overrides on and then off, and prints what each rank saw; the tests read that. A second job
-patches a tiny Llama (``pn.patch``) before and after FSDP2's ``fully_shard`` and trains it one step.
+patches a tiny Llama (``pn.patch``) before and after FSDP2's ``fully_shard`` and trains it one step;
+a third patches one under tensor parallelism (``parallelize_module``, colwise and rowwise plans).
 Bounded in time: a rank that hangs fails the tests instead of the suite.
 """
 
@@ -191,6 +192,53 @@ print(json.dumps(out))
 """
 
 
+TP_RANK = r"""
+import json, os
+import torch, torch.distributed as dist
+import python_native as pn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from python_native.tools import tiny_models
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (world,))
+llama = lambda: tiny_models.build("llama", num_hidden_layers=1)  # noqa: E731
+batch = tiny_models.example_inputs(llama(), batch=2, seq=16, seed=0)  # tensor parallel: one batch on every rank
+ATTENTION = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+             "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+             "mlp.down_proj": RowwiseParallel()}
+PLANS = {  # the MLP's gate and up hand on their local shards, or DTensors sharded on the inner dim
+    "local": {"mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel()},
+    "dtensor": {"mlp.gate_proj": ColwiseParallel(use_local_output=False),
+                "mlp.up_proj": ColwiseParallel(use_local_output=False)},
+}
+
+ref = llama()
+with pn.triton.disabled():
+    ref_loss = ref(**batch).loss
+    ref_loss.backward()
+out = {"rank": rank}
+for name, plan in PLANS.items():
+    m = llama()
+    for layer in m.model.layers:
+        parallelize_module(layer, mesh, {**ATTENTION, **plan})
+    report = pn.patch(m)
+    with pn.trace() as t:
+        loss = m(**batch).loss
+        loss.backward()
+    grads = {n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for n, p in m.named_parameters()}
+    out[name] = {
+        "rules": sorted(e.rule for e in report.patched), "left_alone": [e.detail for e in report.left_alone],
+        "loss": [loss.item(), ref_loss.item()],
+        "grads_apart": [n for n, p in ref.named_parameters() if not torch.allclose(grads[n], p.grad, rtol=1e-4, atol=1e-6)],
+        "served": sorted({(e.op, e.module or "") for e in t.events if e.outcome == "override"}),
+    }
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
 def _launch(script: str) -> list[dict]:
     """Run ``script`` on two gloo ranks; each rank's report (its last line of output, JSON)."""
     port = str(_free_port())
@@ -228,6 +276,13 @@ def patched_ranks() -> list[dict]:
     """Run the two-rank patching job once for the module; each rank's report."""
     pytest.importorskip("transformers")
     return _launch(PATCH_RANK)
+
+
+@pytest.fixture(scope="module")
+def tp_ranks() -> list[dict]:
+    """Run the two-rank tensor-parallel job once for the module; each rank's report."""
+    pytest.importorskip("transformers")
+    return _launch(TP_RANK)
 
 
 LOSS_OPS = ["_log_softmax", "_log_softmax_backward_data", "gelu", "gelu_backward", "native_layer_norm",
@@ -279,3 +334,18 @@ def test_a_sharded_patched_llama_trains_as_the_unsharded_unpatched_one(patched_r
             backward = op.replace("forward", "backward") if "." in op else f"{op}_backward"
             assert {(op, module), (backward, module)} <= served, (report["rank"], op, served)
         assert seen["unpatched"]
+
+
+@pytest.mark.parametrize("plan", ["local", "dtensor"])
+def test_a_tensor_parallel_patched_llama_trains_as_the_unsharded_unpatched_one(tp_ranks, plan):
+    """Local shards reach the ops as plain tensors; DTensors reach the gated op through its
+    sharding strategies. Either way every rule takes its modules and the overrides serve them."""
+    for report in tp_ranks:
+        seen = report[plan]
+        assert seen["rules"] == PATCH_RULES and seen["left_alone"] == [], (report["rank"], seen)
+        loss, want = seen["loss"]
+        assert abs(loss - want) <= 1e-5 * abs(want), (report["rank"], seen["loss"])
+        assert seen["grads_apart"] == [], (report["rank"], seen["grads_apart"])
+        served = {tuple(s) for s in seen["served"]}
+        assert {("swiglu", "model.layers.0.mlp"), ("swiglu_backward", "model.layers.0.mlp"),
+                ("rms_norm", "model.layers.0.input_layernorm"), ("rotary", "model.layers.0.self_attn")} <= served, served

@@ -110,3 +110,31 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
 def geglu(gate: Tensor, up: Tensor, approximate: str = "none") -> Tensor:
     """``F.gelu(gate, approximate=approximate) * up`` through ``torch.ops.python_native.geglu``."""
     return GEGLU(gate, up, approximate)
+
+
+_sharding_registered = False
+
+
+def register_dtensor_sharding() -> None:
+    """DTensor's placements for the gated ops, registered on first use with DTensor inputs (importing
+    DTensor costs more than these ops): the product is elementwise, so gate, up, the result and both
+    gradients take one placement alike (replicated, or sharded on any dim); DTensor redistributes
+    inputs placed otherwise, then each rank's override computes its local piece."""
+    global _sharding_registered
+    if _sharding_registered:
+        return
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding
+
+    def placements(gate):
+        return [Replicate(), *(Shard(d) for d in range(gate.ndim))]
+
+    def forward(gate, up, *options):
+        return [([p], [p, p, *(None for _ in options)]) for p in placements(gate)]
+
+    def backward(grad_output, gate, up, *options):
+        return [([p, p], [p, p, p, *(None for _ in options)]) for p in placements(gate)]
+
+    register_sharding([SWIGLU, GEGLU])(forward)
+    register_sharding([SWIGLU_BACKWARD, GEGLU_BACKWARD])(backward)
+    _sharding_registered = True

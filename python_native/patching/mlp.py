@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 
 import torch
 from torch import nn
@@ -59,6 +60,12 @@ def _op(plan_op: str):
     return gated_op.SWIGLU if plan_op == "swiglu" else gated_op.GEGLU
 
 
+def _is_dtensor(t: torch.Tensor) -> bool:
+    """A DTensor (tensor parallelism that hands the projections' outputs on as DTensors)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return type(t) is not torch.Tensor and dtensor is not None and isinstance(t, dtensor.DTensor)
+
+
 def _compute(module: nn.Module, plan: MlpPlan, x: torch.Tensor) -> torch.Tensor:
     if plan.up is None:
         first, second = getattr(module, plan.gate)(x).chunk(2, dim=-1)
@@ -66,6 +73,8 @@ def _compute(module: nn.Module, plan: MlpPlan, x: torch.Tensor) -> torch.Tensor:
     else:
         gate = getattr(module, plan.gate)(x)
         up = getattr(module, plan.up)(x)
+    if _is_dtensor(gate):
+        gated_op.register_dtensor_sharding()
     return getattr(module, plan.down)(_op(plan.op)(gate, up, *plan.options))
 
 
@@ -123,10 +132,18 @@ def match_gated_mlp(module: nn.Module) -> MlpPlan | LeftAlone | None:
     if not isinstance(wanted, torch.Tensor):
         return None
     wrapped = tuple(n for n in weights if not isinstance(getattr(module, n), nn.Linear))
+    errors = []
     for (gate, up, down, gate_first), (op, options) in itertools.product(candidates, ACTIVATIONS):
         plan = MlpPlan(op, options, gate, up, down, gate_first, wrapped)
-        if weights[gate].shape[1] == weight.shape[1] and probe.same(wanted, probe.seeded(_compute, module, plan, x)[0]):
+        if weights[gate].shape[1] != weight.shape[1]:
+            continue
+        got, error = probe.seeded(_compute, module, plan, x)
+        if probe.same(wanted, got):
             return plan
+        errors.append(error)
+    if errors and all(e is not None for e in errors):  # nothing to compare: say what failed
+        return LeftAlone(f"a gated MLP by its projections, but the gated op raised on its probe: "
+                         f"{type(errors[0]).__name__}: {errors[0]}")
     return LeftAlone("a gated MLP by its projections, but no activation of swiglu/geglu reproduces its forward bit for bit")
 
 
