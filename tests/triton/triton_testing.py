@@ -14,6 +14,7 @@ import python_native as pn  # first: importing python_native_dsls.triton before 
 
 # isort: split
 import python_native_dsls.triton as backend
+from python_native.foundations import tolerances
 from python_native.tools import verify
 
 requires_triton = pytest.mark.skipif(
@@ -129,7 +130,7 @@ def run(
     return Run(out.detach(), [t.grad for t in leaves], list(trace.events))
 
 
-TOLERANCES = verify.TOLERANCES
+TOLERANCES = tolerances.TOLERANCES  # the package's one table (per class of op: tolerances.tolerance)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """How checked mode compares a result with aten's: the kind of result (dtype, shape, device,
-contiguity where aten's is contiguous), then the values within a per-dtype tolerance.
+contiguity where aten's is contiguous), then the values within the package's tolerance for the dtype
+(``foundations/tolerances.py``, the table ``verify`` and the kernel tests use too).
 
 The contracts (``contracts.py``, ``draws.py``) reuse the two halves separately: they always check
 the kind of each output, and compare values only where aten fixes them.
@@ -11,16 +12,12 @@ from typing import Any
 
 import torch
 
-# (rtol, atol) per dtype: torch.testing's defaults, widened where a kernel with a different
-# accumulation order legitimately differs from aten's in the last bits.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float16: (1e-3, 1e-3),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float32: (1e-5, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-    torch.complex64: (1e-5, 1e-5),
-    torch.complex128: (1e-7, 1e-7),
-}
+from python_native.foundations.tolerances import ACCUMULATING, tolerance
+from python_native.foundations.tolerances import TOLERANCES as TOLERANCES  # the package's one table, re-exported
+
+# Checked mode knows the override, not whether its op sums: every result is judged as an accumulating
+# one (see ``foundations.tolerances``), with no float64 truth to tell which of two results is closer.
+OP_CLASS = ACCUMULATING
 
 
 class OverrideMismatch(AssertionError):
@@ -74,9 +71,12 @@ def check_kind(actual: Any, expected: Any, where: str) -> bool:
     return True
 
 
-def values_close(actual: torch.Tensor, expected: torch.Tensor, where: str, what: str = "") -> None:
-    """Values within the dtype's tolerance (NaN equal to NaN); ``what`` names the contract checked."""
-    rtol, atol = TOLERANCES.get(expected.dtype, (0.0, 0.0))
+def values_close(actual: torch.Tensor, expected: torch.Tensor, where: str, what: str = "",
+                 op_class: str = OP_CLASS) -> None:
+    """Values within the package's tolerance for the dtype and ``op_class`` (``foundations.tolerances``),
+    NaN equal to NaN; ``what`` names the contract checked."""
+    tol = tolerance(expected.dtype, op_class)
+    rtol, atol = tol.rtol, tol.atol_for(expected)
     try:
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
     except AssertionError as e:
