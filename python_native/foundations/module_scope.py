@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 
 class _Scope(threading.local):
-    name: str | None = None  # the default every thread starts with
+    def __init__(self) -> None:  # each thread's default, in the instance: Dynamo guards on it as on any attribute
+        self.name: str | None = None
 
 
 scope = _Scope()

@@ -12,7 +12,8 @@ model stays). Then it installs:
 - a module's replacement as an instance attribute ``forward`` (``nn.Module.__call__`` finds it
   before the class's; hooks run as before): a ``runtime.Installed`` that sets the module scope and
   holds the module, rule and plan its replacement is built from, so a deep copy or an unpickled
-  copy of the model computes with its own modules;
+  copy of the model computes with its own modules, and the declared ops the rule routes to: a call
+  no override of them serves runs the module's own forward (``runtime.serves``);
 - a function's replacement as a dispatcher in its modeling module's globals, which serves only
   patched callers; each caller's forward is wrapped to say so. Several patched models share a
   dispatcher; the last ``unpatch`` puts the original function back.
@@ -55,6 +56,7 @@ class _Function:
     name: str
     replacement: Callable[..., Any]
     plan: Any
+    ops: tuple[str, ...] = ()  # the declared ops whose overrides must serve a call (``runtime.serves``)
 
 
 class _State:
@@ -234,10 +236,10 @@ def _match(model: nn.Module, rules: list[PatchRule], report: PatchReport, status
 
 
 def _install_forward(state: _State, module: nn.Module, name: str, owner: nn.Module | None = None,
-                     replacement: Callable[..., Any] | None = None, plan: Any = None) -> None:
+                     replacement: Callable[..., Any] | None = None, plan: Any = None, ops: tuple[str, ...] = ()) -> None:
     had_own = "forward" in module.__dict__
     installed = runtime.Installed(name, module, owner, replacement, plan, caller=replacement is None,
-                                  had_own=had_own, previous=module.__dict__.get("forward"))
+                                  had_own=had_own, previous=module.__dict__.get("forward"), ops=ops)
     installed.build()
     state.forwards.append(installed)
     module.__dict__["forward"] = installed
@@ -251,7 +253,7 @@ def _acquire(function: _Function) -> None:
     if entry is None or namespace.get(function.name) is not entry[1]:
         current = namespace[function.name]
         original = getattr(current, "__python_native_original__", current)
-        dispatcher = runtime.dispatcher(original, function.replacement(original, function.plan))
+        dispatcher = runtime.dispatcher(original, function.replacement(original, function.plan), function.ops)
         entry = _functions[key] = [namespace, dispatcher, original, 0]
         namespace[function.name] = dispatcher
     entry[3] += 1
@@ -262,10 +264,13 @@ def _install(model: nn.Module, taken: list, functions: list, state: _State) -> N
     for display, module, rule, plan in taken:
         replacement = rule.replacement(module, plan)
         targets = replacement if isinstance(replacement, Mapping) else {module: replacement}
-        for target in targets:
-            _install_forward(state, target, names.get(id(target), display), module, rule.replacement, plan)
+        ops = runtime.rule_ops(rule.ops, plan)
+        for target in targets:  # the module decides whether the op serves; the others it takes follow
+            _install_forward(state, target, names.get(id(target), display), module, rule.replacement, plan,
+                             ops if target is module else ())
     for namespace, fname, _function, rule, plan, callers in functions:
-        state.functions.append(_Function(namespace["__name__"], fname, rule.replacement, plan))
+        state.functions.append(_Function(namespace["__name__"], fname, rule.replacement, plan,
+                                         runtime.rule_ops(rule.ops, plan)))
         for display, module in callers:
             if "forward" not in module.__dict__:
                 _install_forward(state, module, display)

@@ -1,5 +1,14 @@
-"""What a patched forward does on each call besides computing: the module scope, and what it tells
-an open trace.
+"""What a patched forward does on each call besides computing: whether the package's op serves the
+call at all, the module scope, and what it tells an open trace.
+
+A patched forward routes a call to a declared op only where an override of that op is active at
+the input's dispatch key (``serves``: one dict lookup, kept current by the registry's refreshes).
+Elsewhere the op would run its plain-torch reference inside a custom op (a dispatch, a backward
+that recomputes, a graph Inductor cannot fuse), slower than the module's own code: so the module's
+own forward runs, bit for bit the unpatched model, and an open trace hears why. Under
+``torch.compile`` Dynamo reads the same dict, so where no override serves it traces the module's
+own code (the compiled unpatched model) and guards on the entry: an override switched on later
+recompiles.
 
 Each patched forward runs with ``module_scope`` set to its module's qualified name, so routed calls
 inside it (and the backwards of the declared ops it calls) carry that name in ``pn.trace()``. A
@@ -21,6 +30,7 @@ from typing import Any
 
 import torch
 
+from python_native.core import extensions, reasons
 from python_native.core.registry import REGISTRY
 from python_native.foundations import declared, module_scope
 
@@ -30,11 +40,69 @@ _traces = REGISTRY.traces
 
 
 class _State(threading.local):
-    in_caller: bool = False  # inside a patched module whose forward calls a patched function
-    capture: list | None = None  # the fused loss's slot for the output projection's input
+    def __init__(self) -> None:  # per thread, in the instance: Dynamo guards on one dict, never a class default
+        self.in_caller = False  # inside a patched module whose forward calls a patched function
+        self.capture: list | None = None  # the fused loss's slot for the output projection's input
 
 
 state = _State()
+
+# (declared op, dispatch key) -> whether an active override sits there; written by every refresh
+# of a declared op's slot (under the registry's lock), read by every patched call.
+_serving: dict[tuple[str, str], bool] = {}
+
+
+def _refreshed(slot: Any) -> None:
+    if slot.lib == declared.NAMESPACE:
+        _serving[(slot.sig.qualified, slot.dispatch_key)] = bool(slot.active)
+
+
+with REGISTRY.lock:
+    extensions.on_slot_refreshed(_refreshed)
+    for _slot in list(REGISTRY.slots.values()):
+        _refreshed(_slot)
+
+
+def declared_ops(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The declared overloads overrides attach to for the public op ``names`` (forward and backward
+    of each): what must have an active override for a patched call to take the op."""
+    wanted = {*names, *(f"{n}_backward" for n in names)}
+    found = [d.name for d in declared.declared() if d.kind == "reference" and d.packet in wanted]
+    return tuple(sorted(found, key=lambda name: "backward" in name))  # the forward first: events name it
+
+
+def rule_ops(rule_names: tuple[str, ...], plan: Any) -> tuple[str, ...]:
+    """``declared_ops`` of a rule's plan: the one op the plan names (``plan.op``), else every op of the rule."""
+    op = getattr(plan, "op", None)
+    return declared_ops((op,) if op in rule_names else rule_names)
+
+
+def serves(ops: tuple[str, ...], key: str) -> bool:
+    """Whether an active override of one of ``ops`` sits at dispatch key ``key``."""
+    for op in ops:
+        if _serving.get((op, key), False):
+            return True
+    return False
+
+
+def first_tensor(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
+    """The call's first tensor argument: its device decides the dispatch key."""
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            return value
+    for value in kwargs.values():
+        if isinstance(value, torch.Tensor):
+            return value
+    return None
+
+
+def why_not_served(ops: tuple[str, ...], key: str) -> str:
+    """Why no override of ``ops`` serves at ``key``: none installed, or each one's switch named."""
+    off = [f"{o.dsl}: {reasons.why_off(o)}" for op in ops
+           if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key))) is not None for o in slot.overrides]
+    if not off:
+        return f"no override of {declared.NAMESPACE}::{ops[0]} is installed at {key}"
+    return f"no override of {declared.NAMESPACE}::{ops[0]} is active at {key} ({'; '.join(dict.fromkeys(off))})"
 
 
 class Installed:
@@ -46,10 +114,12 @@ class Installed:
     it stands for."""
 
     def __init__(self, name: str, target: Any, owner: Any, replacement: Callable[..., Any] | None, plan: Any, *,
-                 caller: bool = False, had_own: bool = False, previous: Any = None):
+                 caller: bool = False, had_own: bool = False, previous: Any = None, ops: tuple[str, ...] = ()):
         self.name, self.target, self.owner, self.replacement, self.plan = name, target, owner, replacement, plan
         self.caller, self.had_own, self.previous = caller, had_own, previous
+        self.ops = ops  # the declared ops that must be served for the replacement to run (none: always)
         self._impl: Callable[..., Any] | None = None
+        self._own: Callable[..., Any] | None = None
 
     @property
     def __python_native_patch__(self) -> str:  # MARK
@@ -65,6 +135,7 @@ class Installed:
 
     def build(self) -> Callable[..., Any]:
         if self._impl is None:
+            self._own = self.original()  # made here, outside any compiled frame (Dynamo cannot build a method)
             if self.replacement is None:
                 self._impl = self.original()
             else:
@@ -73,12 +144,25 @@ class Installed:
         return self._impl
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_impl": None}  # a copy builds its own from its modules
+        return {**self.__dict__, "_impl": None, "_own": None}  # a copy builds its own from its modules
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"ops": (), "_own": None, **state})  # a forward pickled before ``ops`` existed
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         impl = self._impl if self._impl is not None else self.build()
+        ops, key = self.ops, None
+        if ops:
+            where = first_tensor(args, kwargs)
+            if where is not None and not serves(ops, key := device_key(where)):
+                impl = self._own
+            else:
+                key = None
         previous = _scope.name
         _scope.name = self.name
+        if key is not None and _traces.active:  # inside the scope: the event names this module
+            _traces.emit((ops[0], key, None, "fallback", None, None),
+                         f"patch: {why_not_served(ops, key)}: the module's own forward ran")
         caller = self.caller
         if caller:
             was_caller = state.in_caller
@@ -100,14 +184,21 @@ def own_forward(module: Any) -> Callable[..., Any]:
     return current.original() if isinstance(current, Installed) else module.forward
 
 
-def dispatcher(original: Callable[..., Any], replacement: Callable[..., Any]) -> Callable[..., Any]:
-    """What stands for a patched module-level function: the replacement inside patched callers,
-    the original everywhere else (another model of the same family keeps its own results)."""
+def dispatcher(original: Callable[..., Any], replacement: Callable[..., Any],
+               ops: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """What stands for a patched module-level function: the replacement inside patched callers
+    where an override of ``ops`` serves the call (``serves``), the original everywhere else
+    (another model of the same family keeps its own results)."""
 
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
         if state.in_caller:
-            return replacement(*args, **kwargs)
+            where = first_tensor(args, kwargs) if ops else None
+            if where is None or serves(ops, key := device_key(where)):
+                return replacement(*args, **kwargs)
+            if _traces.active:
+                _traces.emit((ops[0], key, None, "fallback", None, None),
+                             f"patch: {why_not_served(ops, key)}: the function's own code ran")
         return original(*args, **kwargs)
 
     setattr(call, MARK, "function")

@@ -1,0 +1,183 @@
+"""A patched model never runs a declared op that no override serves: where none is active at the
+input's dispatch key (the DSLs switched off, or no kernel installed there), each patched forward
+runs the module's own code, bit for bit the unpatched model and with no custom-op call, and an open
+trace says why; where one is active the overrides serve as before, switches followed call by call.
+Under ``torch.compile`` the patched model with nothing served compiles to the unpatched model's
+graphs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+# isort: split
+import python_native as pn
+from conftest import TEST_DSL
+from python_native.patching import runtime
+from python_native.tools import tiny_models
+
+OURS = ("rms_norm", "swiglu", "rotary", "linear_cross_entropy")
+
+
+def _llama(**overrides) -> torch.nn.Module:
+    """A tiny Llama in training mode (where the fused loss serves); it has no dropout."""
+    return tiny_models.build("llama", **overrides).train()
+
+
+def _step(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    m.zero_grad(set_to_none=True)
+    loss = m(**batch).loss
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in m.named_parameters()}
+    m.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def _ours(trace) -> list:
+    return [e for e in trace.events if e.op.startswith(OURS)]
+
+
+def _nothing_served():
+    """Every DSL that can serve a declared op at the CPU key here, held off."""
+    return pn.triton.disabled(), getattr(pn, TEST_DSL).disabled()
+
+
+def test_with_the_dsls_off_a_patched_step_is_the_unpatched_step_and_the_trace_says_no_override():
+    m = _llama()
+    batch = tiny_models.example_inputs(m, batch=2, seq=16)
+    triton_off, test_off = _nothing_served()
+    with triton_off, test_off:
+        loss, grads = _step(m, batch)
+        with pn.patched(m) as report, pn.trace() as t:
+            patched_loss, patched_grads = _step(m, batch)
+    assert {e.rule for e in report.patched} == {"rms_norm", "gated_mlp", "rotary", "causal_lm_loss"}
+    assert torch.equal(patched_loss, loss)
+    assert all(torch.equal(patched_grads[n], g) for n, g in grads.items())  # bit for bit
+    events = _ours(t)
+    # Only the patched forwards spoke (a declared op's router, reached, would record its own event):
+    # no custom op ran, forward or backward.
+    assert events and all(e.outcome == "fallback" and e.reason.startswith("patch: no override") for e in events)
+    assert {(e.op, e.module) for e in events} >= {("rms_norm", "model.layers.0.input_layernorm"),
+                                                   ("swiglu", "model.layers.1.mlp"),
+                                                   ("rotary", "model.layers.0.self_attn"),
+                                                   ("linear_cross_entropy.forward", "LlamaForCausalLM")}
+    assert all("disabled" in e.reason for e in events)  # which switch keeps each override out
+
+
+def test_the_check_follows_the_switches_call_by_call():
+    """No cache outlives a switch: the same patched norm falls back inside the scope and is served
+    by an override outside it, both ways round."""
+    norm = _llama(num_hidden_layers=1).model.norm
+    x = torch.randn(2, 5, norm.weight.shape[0])
+    want = norm(x)
+    with pn.patched(norm):
+        with pn.operations_disabled("rms_norm"), pn.trace() as off:
+            a = norm(x)
+        with pn.trace() as on:
+            b = norm(x)
+    assert torch.equal(a, want)
+    torch.testing.assert_close(b, want, rtol=1e-5, atol=1e-6)
+    assert [(e.op, e.outcome, e.module) for e in _ours(off)] == [("rms_norm", "fallback", "LlamaRMSNorm")]
+    assert "op rms_norm disabled by a scope" in _ours(off)[0].reason
+    assert [(e.op, e.outcome) for e in _ours(on)] == [("rms_norm", "override")]
+
+
+def test_a_device_without_an_override_runs_the_modules_own_code():
+    """On the meta device no declared op has an override: the module's own forward runs there."""
+    norm = _llama(num_hidden_layers=1).model.norm
+    with pn.patched(norm):
+        norm.to("meta")
+        with pn.trace() as t:
+            out = norm(torch.empty(2, 3, norm.weight.shape[0], device="meta"))
+    assert out.device.type == "meta"
+    (event,) = _ours(t)
+    assert event.reason == ("patch: no override of python_native::rms_norm is installed at META: "
+                            "the module's own forward ran")
+
+
+def test_the_ops_each_rule_waits_for_are_its_declared_ops_forward_first():
+    assert runtime.declared_ops(("rms_norm",)) == ("rms_norm", "rms_norm_backward")
+    assert runtime.declared_ops(("linear_cross_entropy",))[0] == "linear_cross_entropy.forward"
+    assert set(runtime.declared_ops(("linear_cross_entropy",))) == {"linear_cross_entropy.forward",
+                                                                    "linear_cross_entropy.backward"}
+    assert runtime.declared_ops(("not_an_op",)) == ()
+
+
+_WITHOUT_INTERPRETER = textwrap.dedent("""
+    import torch
+    import python_native as pn
+    from python_native.tools import tiny_models
+
+    m = tiny_models.build("llama").train()
+    batch = tiny_models.example_inputs(m, batch=2, seq=16)
+
+    def step():
+        m.zero_grad(set_to_none=True)
+        loss = m(**batch).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in m.parameters()]
+
+    loss, grads = step()
+    pn.patch(m)
+    with pn.trace() as t:
+        patched_loss, patched_grads = step()
+    assert torch.equal(loss, patched_loss)
+    assert all(torch.equal(a, b) for a, b in zip(grads, patched_grads))
+    reasons = {(e.op, e.reason) for e in t.events}
+    print(sorted(reasons))
+""")
+
+
+def test_on_cpu_without_the_interpreter_a_patched_step_is_the_unpatched_step():
+    env = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "0", "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _WITHOUT_INTERPRETER], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for op in ("rms_norm", "swiglu", "rotary", "linear_cross_entropy.forward"):
+        assert (f"no override of python_native::{op} is installed at CPU: the "
+                f"{'function' if op == 'rotary' else 'module'}") in proc.stdout, proc.stdout
+
+
+def _calls(graphs: list) -> list[str]:
+    return [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.slow
+def test_compiled_with_nothing_served_it_is_the_compiled_unpatched_model_until_an_override_serves():
+    """Dynamo traces the modules' own code where no override serves (same graphs, no declared op in
+    them) and guards on it: once the overrides serve again, the next call recompiles to the ops."""
+    graphs: list = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    m = _llama(num_hidden_layers=1)
+    batch = tiny_models.example_inputs(m, batch=2, seq=16)
+    torch._dynamo.reset()
+    try:
+        triton_off, test_off = _nothing_served()
+        with triton_off, test_off:
+            torch.compile(m, backend=recording)(**batch).loss.backward()
+            unpatched, graphs[:] = list(graphs), []
+            torch._dynamo.reset()
+            pn.patch(m)
+            compiled = torch.compile(m, backend=recording)
+            compiled(**batch).loss.backward()
+            patched = list(graphs)
+        assert len(patched) == len(unpatched) == 1
+        assert _calls(patched) == _calls(unpatched)
+        assert not [c for c in _calls(patched) if "python_native" in c]
+        compiled(**batch).loss.backward()  # the overrides serve again: a recompilation routes to them
+        assert {"python_native.rms_norm.default", "python_native.swiglu.default",
+                "python_native.rotary.default"} <= set(_calls(graphs[len(patched):]))
+    finally:
+        pn.unpatch(m)
+        torch._dynamo.reset()
