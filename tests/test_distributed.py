@@ -234,6 +234,34 @@ for name, plan in PLANS.items():
         "grads_apart": [n for n, p in ref.named_parameters() if not torch.allclose(grads[n], p.grad, rtol=1e-4, atol=1e-6)],
         "served": sorted({(e.op, e.module or "") for e in t.events if e.outcome == "override"}),
     }
+
+# Sequence parallelism: a patched norm gets a DTensor sharded on the sequence dim, its weight replicated.
+from torch.distributed.tensor.parallel import SequenceParallel
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+torch.manual_seed(0)
+norm = torch.nn.Sequential(LlamaRMSNorm(64))
+with torch.no_grad():
+    norm[0].weight.normal_(1.0, 0.5)
+x = torch.randn(2, 8, 64)
+with pn.triton.disabled():
+    whole = x.clone().requires_grad_()
+    want = norm(whole)
+    want.backward(torch.ones_like(want))
+weight_grad, norm[0].weight.grad = norm[0].weight.grad, None
+parallelize_module(norm, mesh, {"0": SequenceParallel()})
+report = pn.patch(norm)
+mine = x.chunk(world, dim=1)[rank].clone().requires_grad_()  # this rank's part of the sequence
+with pn.trace() as t:
+    got = norm(mine)
+    got.backward(torch.ones_like(got))
+out["sequence_parallel"] = {
+    "rules": sorted(e.rule for e in report.patched), "output": type(got).__name__,
+    "equal": torch.allclose(got.full_tensor(), want, rtol=1e-5, atol=1e-6),
+    "grad_input": torch.allclose(mine.grad, whole.grad.chunk(world, dim=1)[rank], rtol=1e-5, atol=1e-6),
+    "grad_weight": torch.allclose(norm[0].weight.grad.full_tensor(), weight_grad, rtol=1e-5, atol=1e-5),
+    "served": sorted({e.op for e in t.events if e.outcome == "override"}),
+}
 dist.destroy_process_group()
 print(json.dumps(out))
 """
@@ -349,3 +377,11 @@ def test_a_tensor_parallel_patched_llama_trains_as_the_unsharded_unpatched_one(t
         served = {tuple(s) for s in seen["served"]}
         assert {("swiglu", "model.layers.0.mlp"), ("swiglu_backward", "model.layers.0.mlp"),
                 ("rms_norm", "model.layers.0.input_layernorm"), ("rotary", "model.layers.0.self_attn")} <= served, served
+
+
+def test_a_patched_norm_takes_sequence_parallel_dtensors(tp_ranks):
+    """``rms_norm``'s sharding strategies: rows sharded, the weight replicated, its gradient summed."""
+    for report in tp_ranks:
+        assert report["sequence_parallel"] == {
+            "rules": ["rms_norm"], "output": "DTensor", "equal": True, "grad_input": True, "grad_weight": True,
+            "served": ["rms_norm", "rms_norm_backward"]}, report["rank"]

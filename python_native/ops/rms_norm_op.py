@@ -117,3 +117,34 @@ def rms_norm(input: Tensor, weight: Tensor, eps: float, offset: float = 0.0, wei
     docstring for ``offset`` and ``weight_in_fp32``). Calls ``torch.ops.python_native.rms_norm``,
     so installed overrides serve it, and the plain-torch reference otherwise."""
     return OP(input, weight, eps, offset, weight_in_fp32)
+
+
+_sharding_registered = False
+
+
+def register_dtensor_sharding() -> None:
+    """DTensor's placements for ``rms_norm``, registered by ``pn.patch`` where DTensor is loaded
+    (importing DTensor costs more than the op): the input sharded on any dim but the normalised last one (or
+    replicated), the weight replicated; the backward's ``grad_weight`` is then each rank's partial
+    sum. DTensor redistributes inputs placed otherwise (a shard of the last dim is gathered)."""
+    global _sharding_registered
+    if _sharding_registered:
+        return
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding
+
+    options = (None, None, None)  # eps, offset, weight_in_fp32
+
+    @register_sharding(OP)
+    def forward(input, weight, *args):
+        rows = [Shard(d) for d in range(input.ndim - 1)]
+        return [([Replicate()], [Replicate(), Replicate(), *options]),
+                *(([p], [p, Replicate(), *options]) for p in rows)]
+
+    @register_sharding(BACKWARD)
+    def backward(grad_output, input, weight, *args):
+        rows = [Shard(d) for d in range(input.ndim - 1)]
+        return [([Replicate(), Replicate()], [Replicate(), Replicate(), Replicate(), *options]),
+                *(([p, Partial()], [p, p, Replicate(), *options]) for p in rows)]
+
+    _sharding_registered = True

@@ -8,7 +8,9 @@ random number generators forked (a probe never moves the user's random stream: t
 ``random``, numpy's where loaded) and warnings muted. ``preserved(model)`` puts back what a probe
 could leave on the model (attributes, buffers, gradients, the ``training`` flags). While
 ``refusing(why)`` is open (a target whose forward has side effects), ``attempt`` runs nothing and
-raises ``Refused``: the installer reports the target left alone, without having run it.
+raises ``Refused``: the installer reports the target left alone, without having run it. Where
+DTensor is loaded, ``session()`` first registers the sharding strategies of the ops that take
+DTensors (a tensor-parallel model may hand them some).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import nn
 
 from python_native.core.registry import REGISTRY
 from python_native.foundations import dsl_registry
+from python_native.ops import gated_op, rms_norm_op
 
 SEED = 20240613
 log = logging.getLogger("python_native")
@@ -59,6 +62,9 @@ def refusing(reason: str | None) -> Iterator[None]:
 @contextlib.contextmanager
 def session(devices: list[int] | None = None) -> Iterator[None]:
     """Matchers run inside: every DSL off, no grad, forked RNG, warnings muted."""
+    if "torch.distributed.tensor" in sys.modules:  # a model may hand the ops DTensors
+        gated_op.register_dtensor_sharding()
+        rms_norm_op.register_dtensor_sharding()
     names = list(dsl_registry.names())
     token = REGISTRY.hold("dsl", names)
     py_state = random.getstate()
