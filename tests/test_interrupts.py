@@ -53,6 +53,7 @@ class _Cycles:
         self.phase = "idle"
         self.done = 0
         self.caught = 0
+        self.stopped = False  # set by whoever interrupts, once every interrupt it sent was caught
         self.traces: list = []
 
     def one(self) -> None:
@@ -73,15 +74,34 @@ class _Cycles:
                     with scope:
                         torch.sub(X, X)
 
+    def prime(self) -> None:
+        """Each scope once, both forms, before any interrupt: the modules they import on first use
+        are imported here. (An interrupt inside a first import can leave that module's import lock
+        held for good: a hazard of CPython's import system, not of the scopes.)"""
+        self.phase = "idle"
+        for factory in self.factories:
+            with factory():
+                torch.sub(X, X)
+            scope = factory()
+            if callable(scope):
+                scope(torch.sub)(X, X)
+        pn._get_filter_state()  # what the final check reads
+
     def run(self, seconds: float = 120.0) -> None:
+        """The cycles, then a wait (``phase`` "drain") inside the same ``try`` until ``stopped``: an
+        interrupt sent as the last cycle ends is caught there, never raised past the loop."""
         deadline = time.monotonic() + seconds
-        while self.done < self.cycles and time.monotonic() < deadline:
+        self.prime()
+        while True:
             try:
                 while self.done < self.cycles and time.monotonic() < deadline:
                     self.phase = "cycle"
                     self.one()
                     self.done += 1
-                self.phase = "idle"
+                self.phase = "drain"
+                while not self.stopped:
+                    time.sleep(1e-4)  # no lock: an interrupt inside a lock's wait could leave it held
+                return
             except KeyboardInterrupt:
                 self.phase = "idle"
                 self.caught += 1
@@ -112,11 +132,18 @@ def _interrupt_thread(cycles: _Cycles, seed: int) -> int:
         worker.start()
         while worker.is_alive():
             time.sleep(rng.random() * 3e-4)
-            if ident and cycles.phase == "cycle" and cycles.caught == sent:
+            # ``caught`` before ``phase``: the worker sets "idle" before counting, so a count seen
+            # up to date means the phase read after it is too (never a stale "cycle").
+            if not ident or cycles.caught != sent:
+                continue
+            if cycles.phase == "cycle":
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident[0]), ctypes.py_object(KeyboardInterrupt))
                 sent += 1
+            elif cycles.phase == "drain":
+                cycles.stopped = True  # every interrupt sent was caught: the worker may leave
         worker.join()
     finally:
+        cycles.stopped = True
         sys.setswitchinterval(interval)
     assert cycles.caught == sent
     return sent
@@ -134,6 +161,7 @@ def _interrupt_signal(cycles: _Cycles, seed: int) -> int:
             raised[0] += 1
             raise KeyboardInterrupt
 
+    cycles.stopped = True  # the handler raises synchronously in this thread: nothing to drain
     previous = signal.signal(signal.SIGALRM, handler)
     try:
         signal.setitimer(signal.ITIMER_REAL, 1e-4)
