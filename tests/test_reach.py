@@ -204,3 +204,28 @@ def test_the_command_reaches_or_refuses_every_causal_lm_type_installed(capsys):
     ran = [t for t in _types(decoder_only=True) if _reach_or_refuse(t, capsys)[0] == 0]
     refused = [t for t in _types(decoder_only=False) if _reach_or_refuse(t, capsys)[0] == 2]
     assert len(ran) >= 0.8 * len(_types(decoder_only=True)) and refused == _types(decoder_only=False)
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale, self.eps = torch.nn.Parameter(torch.ones(8)), 1e-6
+
+    def forward(self, x):
+        h = x.float()
+        return self.scale * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+def test_a_patched_rule_counts_the_calls_it_handed_back_and_names_their_shape():
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), _Norm())
+    x = torch.randn(4, 8)
+    with serving():
+        served = pn.reach(m, x)
+        handed = pn.reach(m.double(), x.double())  # float64: a dtype the norm's probe did not confirm
+    assert served.rows["_Norm"].override["rms_norm"] == 1 and not served.rows["_Norm"].outside
+    assert _outside(handed) == {("_Norm", "rms_norm"): 1} and "rms_norm" not in handed.rows["_Norm"].override
+    text = str(handed)
+    assert ("patched, but these calls ran their own code (a shape or dtype its probe did not confirm, or no override "
+            "active):\n  _Norm: rms_norm x1: input torch.float64 (4, 8): a dtype the probe did not confirm: the "
+            "module's own forward ran") in text
+    assert "1 module calls computed outside the package" in text

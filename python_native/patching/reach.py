@@ -224,7 +224,7 @@ def _count_events(row: Callable[[str], ReachRow], classes: dict, report: PatchRe
             row(cls).override[e.op] += 1
         elif reason.startswith(PATCH_DECLINED):
             label = _declined_by(report, e.module, e.op)
-            row(cls).outside[(label, "patched, but this call ran its own code: " + reason[len(PATCH_DECLINED):])] += 1
+            row(cls).outside[(label, reach_table.HANDED_BACK + reason[len(PATCH_DECLINED):])] += 1
         else:
             row(cls).fallback[(e.op, reason)] += 1
 

@@ -6,6 +6,7 @@ from typing import Any
 
 ReachReport = ReachRow = Any  # python_native.patching.reach's types (which import this module)
 
+HANDED_BACK = "patched, but this call ran its own code: "  # the start of an outside reason: a declined call
 HEADER = ("module class", "instances", "calls", "override", "fallback", "outside", "served by overrides")
 
 
@@ -35,9 +36,15 @@ def render(report: ReachReport) -> str:
         lines += ["", "fell back (why):"]
         lines += [f"  {cls}: {op} x{n}: {why}" for cls, op, why, n in sorted(fallbacks)]
     outsiders = [(r.module_class, rule, why, n) for r in report.rows.values() for (rule, why), n in r.outside.items()]
-    if outsiders:
+    handed = sorted(o for o in outsiders if o[2].startswith(HANDED_BACK))
+    if handed:
+        lines += ["", "patched, but these calls ran their own code (a shape or dtype its probe did not confirm, "
+                      "or no override active):"]
+        lines += [f"  {cls}: {rule} x{n}: {why[len(HANDED_BACK):]}" for cls, rule, why, n in handed]
+    left = sorted(o for o in outsiders if not o[2].startswith(HANDED_BACK))
+    if left:
         lines += ["", "outside the package (a rule recognises them):"]
-        lines += [f"  {cls}: {rule} x{n}: {why}" for cls, rule, why, n in sorted(outsiders)]
+        lines += [f"  {cls}: {rule} x{n}: {why}" for cls, rule, why, n in left]
     if report.unserved:
         lines += ["", f"no override installed at {report.key} for: "
                       + ", ".join(f"python_native::{op}" for op in report.unserved) + " (their references ran)"]
