@@ -235,6 +235,16 @@ for name, plan in PLANS.items():
         "served": sorted({(e.op, e.module or "") for e in t.events if e.outcome == "override"}),
     }
 
+# A vocabulary-parallel output projection: the fused loss cannot take its sharded weight and says so.
+from torch.distributed.tensor import Replicate
+
+m = llama()
+parallelize_module(m, mesh, {"lm_head": ColwiseParallel(output_layouts=Replicate())})
+report = pn.patch(m)
+loss = m(**batch).loss
+out["parallel_head"] = {"loss": [loss.item(), ref_loss.item()], "rules": sorted(e.rule for e in report.patched),
+                        "left_alone": {e.rule: e.detail for e in report.left_alone}}
+
 # Sequence parallelism: a patched norm gets a DTensor sharded on the sequence dim, its weight replicated.
 from torch.distributed.tensor.parallel import SequenceParallel
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
@@ -385,3 +395,12 @@ def test_a_patched_norm_takes_sequence_parallel_dtensors(tp_ranks):
         assert report["sequence_parallel"] == {
             "rules": ["rms_norm"], "output": "DTensor", "equal": True, "grad_input": True, "grad_weight": True,
             "served": ["rms_norm", "rms_norm_backward"]}, report["rank"]
+
+
+def test_a_vocabulary_parallel_head_keeps_its_own_loss_and_the_report_says_why(tp_ranks):
+    for report in tp_ranks:
+        seen = report["parallel_head"]
+        loss, want = seen["loss"]
+        assert abs(loss - want) <= 1e-5 * abs(want), (report["rank"], seen)
+        assert seen["rules"] == ["gated_mlp", "rms_norm", "rotary"], seen
+        assert "mixed torch.Tensor and DTensor" in seen["left_alone"]["causal_lm_loss"], seen
