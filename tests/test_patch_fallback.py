@@ -58,6 +58,10 @@ def test_with_the_dsls_off_a_patched_step_is_the_unpatched_step_and_the_trace_sa
         with pn.patched(m) as report, pn.trace() as t:
             patched_loss, patched_grads = _step(m, batch)
     assert {e.rule for e in report.patched} == {"rms_norm", "gated_mlp", "rotary", "causal_lm_loss"}
+    assert report.own_code == report.patched  # the report said so when patching
+    assert all(e.serves.startswith("its own code at CPU: no override of python_native::") and "disabled" in e.serves
+               for e in report.patched), report
+    assert "served by:" in str(report)
     assert torch.equal(patched_loss, loss)
     assert all(torch.equal(patched_grads[n], g) for n, g in grads.items())  # bit for bit
     events = _ours(t)
@@ -87,6 +91,18 @@ def test_the_check_follows_the_switches_call_by_call():
     assert [(e.op, e.outcome, e.module) for e in _ours(off)] == [("rms_norm", "fallback", "LlamaRMSNorm")]
     assert "op rms_norm disabled by a scope" in _ours(off)[0].reason
     assert [(e.op, e.outcome) for e in _ours(on)] == [("rms_norm", "override")]
+
+
+def test_the_report_says_which_dsl_serves_each_routed_entry():
+    m = _llama(num_hidden_layers=1)
+    with pn.patched(m) as report:
+        pass
+    assert not report.own_code and "served by:" not in str(report)
+    ops = {"rms_norm": "rms_norm", "gated_mlp": "swiglu", "rotary": "rotary",
+           "causal_lm_loss": "linear_cross_entropy.forward"}
+    for entry in report.patched:
+        assert entry.serves.endswith(f"override of python_native::{ops[entry.rule]} at CPU"), entry
+        assert report.to_dict()["entries"][report.entries.index(entry)]["serves"] == entry.serves
 
 
 def test_a_device_without_an_override_runs_the_modules_own_code():
@@ -125,7 +141,7 @@ _WITHOUT_INTERPRETER = textwrap.dedent("""
         return loss.detach(), [p.grad.clone() for p in m.parameters()]
 
     loss, grads = step()
-    pn.patch(m)
+    print(pn.patch(m))
     with pn.trace() as t:
         patched_loss, patched_grads = step()
     assert torch.equal(loss, patched_loss)
@@ -143,6 +159,7 @@ def test_on_cpu_without_the_interpreter_a_patched_step_is_the_unpatched_step():
     for op in ("rms_norm", "swiglu", "rotary", "linear_cross_entropy.forward"):
         assert (f"no override of python_native::{op} is installed at CPU: the "
                 f"{'function' if op == 'rotary' else 'module'}") in proc.stdout, proc.stdout
+        assert f"its own code at CPU: no override of python_native::{op} is installed at CPU\n" in proc.stdout
 
 
 def _calls(graphs: list) -> list[str]:

@@ -212,7 +212,8 @@ def _match(model: nn.Module, rules: list[PatchRule], report: PatchReport, status
                 plan = LeftAlone("its forward is replaced on the instance already (another library's wrapper)")
             else:
                 taken.append((display, module, rule, plan))
-                report.add(rule.name, type(module).__name__, "module", status, _describe(plan), display, rule.ops)
+                report.add(rule.name, type(module).__name__, "module", status, _describe(plan), display, rule.ops,
+                           runtime.rule_ops(rule.ops, plan))
                 continue
         if isinstance(plan, LeftAlone):
             report.add(rule.name, type(module).__name__, "module", "left alone", plan.reason, display, rule.ops)
@@ -228,7 +229,8 @@ def _match(model: nn.Module, rules: list[PatchRule], report: PatchReport, status
                 continue
             target = f"{function.__module__}.{function.__qualname__}"
             verdict = ("left alone", fplan.reason) if isinstance(fplan, LeftAlone) else (status, _describe(fplan))
-            report.add(frule.name, target, "function", verdict[0], verdict[1], display, frule.ops)
+            ops = () if isinstance(fplan, LeftAlone) else runtime.rule_ops(frule.ops, fplan)
+            report.add(frule.name, target, "function", verdict[0], verdict[1], display, frule.ops, ops)
             if not isinstance(fplan, LeftAlone):
                 calls.setdefault((id(namespace), fname), [namespace, fname, function, frule, fplan, []])[5].append(
                     (display, module))
@@ -289,6 +291,9 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
         devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
         with probe.session(devices), probe.preserved(model):
             taken, functions = _match(model, selected, report, "would patch" if dry_run else "patched")
+        key = next((runtime.device_key(p) for p in model.parameters()), "CPU")
+        for entry in report.patched:  # after the probes, which held every DSL off
+            entry.serves = runtime.serving_text(entry.declared, key)
         if dry_run:
             return report
         state = _State(report)

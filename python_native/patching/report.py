@@ -2,7 +2,11 @@
 
 Each entry is one rule on one target (a module class, or a module-level function) with a status:
 ``"patched"`` (the instances routed, and how), ``"left alone"`` (recognised, and why not routed)
-or ``"would patch"`` (``dry_run=True``). ``str(report)`` is the table; ``to_dict()`` plain data.
+or ``"would patch"`` (``dry_run=True``). A routed entry also says what serves its calls on the
+model's device as patched (``serves``): an override of its op, or, where none is active there, the
+module's own code and why (a routed call runs the op only where an override serves it).
+``str(report)`` is the table, followed by what serves each routed entry where one of them runs its
+own code; ``to_dict()`` plain data.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import dataclasses
 from typing import Any
 
 STATUSES = ("patched", "would patch", "left alone")
+OWN_CODE = "its own code"  # how ``serves`` begins where no override serves a routed entry
 
 
 @dataclasses.dataclass
@@ -25,6 +30,8 @@ class PatchEntry:
     detail: str  # how it is routed, or why it is left alone
     modules: list[str] = dataclasses.field(default_factory=list)
     ops: tuple[str, ...] = ()
+    declared: tuple[str, ...] = ()  # routed entries: the declared ops an override must serve for a call to take
+    serves: str = ""  # routed entries: what serves their calls on the model's device, and why
 
     @property
     def instances(self) -> int:
@@ -39,12 +46,17 @@ class PatchReport:
     entries: list[PatchEntry] = dataclasses.field(default_factory=list)
 
     def add(self, rule: str, target: str, kind: str, status: str, detail: str, module: str,
-            ops: tuple[str, ...] = ()) -> None:
+            ops: tuple[str, ...] = (), declared: tuple[str, ...] = ()) -> None:
         for entry in self.entries:
             if (entry.rule, entry.target, entry.status, entry.detail) == (rule, target, status, detail):
                 entry.modules.append(module)
                 return
-        self.entries.append(PatchEntry(rule, target, kind, status, detail, [module], ops))
+        self.entries.append(PatchEntry(rule, target, kind, status, detail, [module], ops, declared))
+
+    @property
+    def own_code(self) -> list[PatchEntry]:
+        """Routed entries whose calls run the module's own code on the model's device (no override serves)."""
+        return [e for e in self.patched if e.serves.startswith(OWN_CODE)]
 
     @property
     def patched(self) -> list[PatchEntry]:
@@ -68,6 +80,9 @@ class PatchReport:
     def __str__(self) -> str:
         if not self.entries:
             return f"pn.patch({self.model}): no rule recognised any module or function"
-        return f"pn.patch({self.model}):\n{self.table()}"
+        text = f"pn.patch({self.model}):\n{self.table()}"
+        if self.own_code:
+            text += "\n\nserved by:\n" + "\n".join(f"  {e.rule} ({e.target}): {e.serves}" for e in self.patched)
+        return text
 
     __repr__ = __str__

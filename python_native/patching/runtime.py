@@ -33,6 +33,7 @@ import torch
 from python_native.core import extensions, reasons
 from python_native.core.registry import REGISTRY
 from python_native.foundations import declared, module_scope
+from python_native.patching.report import OWN_CODE
 
 MARK = "__python_native_patch__"  # set on every forward this package installs
 _scope = module_scope.scope
@@ -83,6 +84,17 @@ def serves(ops: tuple[str, ...], key: str) -> bool:
         if _serving.get((op, key), False):
             return True
     return False
+
+
+def serving_text(ops: tuple[str, ...], key: str) -> str:
+    """What serves a routed call of ``ops`` at ``key`` now: the overrides' DSLs, or the module's own
+    code and why (for the patch report)."""
+    if not ops:
+        return "its replacement (the rule names no declared op)"
+    if not serves(ops, key):
+        return f"{OWN_CODE} at {key}: {why_not_served(ops, key)}"
+    dsls = [o.dsl for op in ops if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key))) for o in slot.active]
+    return f"{', '.join(dict.fromkeys(dsls))} override of {declared.NAMESPACE}::{ops[0]} at {key}"
 
 
 def first_tensor(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
