@@ -19,7 +19,7 @@ import torch
 TINY = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "num_kv_heads": 2, "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 256,
-    "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 256, "n_inner": 128, "n_ctx": 256,
+    "unpadded_vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 256, "n_inner": 128, "n_ctx": 256,
     "d_model": 64, "n_layers": 2, "n_heads": 4, "num_layers": 2, "ffn_hidden_size": 128, "ffn_dim": 128,
     "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64, "num_experts": 4, "num_local_experts": 4,
     "n_routed_experts": 4, "moe_num_experts": 4, "num_experts_per_tok": 2, "moe_k": 2, "moe_topk": 2,
@@ -103,6 +103,8 @@ def config(family: str, **overrides: Any) -> Any:
     if unknown and not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
         raise ValueError(f"{cls.__name__} takes no argument {', '.join(unknown)}")
     settings = {k: v for k, v in TINY.items() if k in takes}
+    if "kv_lora_rank" in takes and "num_attention_heads" in settings:  # latent attention: one key-value head per head
+        settings["num_key_value_heads"] = settings["num_attention_heads"]
     if "layer_types" in takes and "layer_types" not in overrides:
         kinds = _layer_types(cls, settings)
         if kinds is not None:
