@@ -193,3 +193,29 @@ def test_a_weightless_module_without_an_eps_is_not_probed_as_a_norm():
             return x * 2
 
     assert pn.patch(nn.Sequential(Scale()), dry_run=True).entries == []
+
+
+class OwnDtypeNorm(nn.Module):
+    """An RMSNorm computed in the input's own dtype: Llama's bits in fp32 only."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.randn(size)), 1e-6
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def test_the_report_names_the_input_dtypes_a_norm_is_routed_for_and_a_call_in_another_runs_the_module():
+    norm = nn.Sequential(OwnDtypeNorm(32))
+    x = torch.randn(3, 5, 32, dtype=torch.bfloat16)
+    with pn.triton.disabled():
+        want = norm.to(torch.bfloat16)(x)
+    with serving(everywhere=True), pn.triton.disabled(), pn.patched(norm) as report, pn.trace() as t:
+        got = norm(x)
+    assert [(e.status, e.detail) for e in report.entries] == [
+        ("patched", "eps=1e-06, offset=0, weight after the cast back; float32 inputs only")]
+    (event,) = [e for e in t.events if e.op == "rms_norm"]
+    assert event.outcome == "fallback" and event.reason == (
+        "patch: input torch.bfloat16 (3, 5, 32): a dtype the probe did not confirm: the module's own forward ran")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

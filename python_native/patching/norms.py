@@ -40,11 +40,18 @@ class NormPlan:
     weight: str | None = "weight"  # the parameter's name; None: a weightless norm
 
     def describe(self) -> str:
+        only = "" if self.dtypes >= set(DTYPES) else f"; {_only(self.dtypes)}"
         if self.weight is None:
-            return f"eps={self.eps:g}, no weight"
+            return f"eps={self.eps:g}, no weight{only}"
         where = "(offset + weight) in fp32" if self.weight_in_fp32 else "weight after the cast back"
         named = "" if self.weight == "weight" else f", weight={self.weight}"
-        return f"eps={self.eps:g}, offset={self.offset:g}, {where}{named}"
+        return f"eps={self.eps:g}, offset={self.offset:g}, {where}{named}{only}"
+
+
+def _only(dtypes: frozenset) -> str:
+    """The input dtypes a plan routes, where its probe confirmed fewer than all (the rest run the module)."""
+    names = [str(d).removeprefix("torch.") for d in DTYPES if d in dtypes]
+    return f"{', '.join(names)} inputs only" if names else "no input dtype confirmed"
 
 
 def _is_torch_module(module: nn.Module) -> bool:

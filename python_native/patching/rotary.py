@@ -45,7 +45,11 @@ class RotaryPlan:
     widths: frozenset = frozenset({"full"})  # "full": tables over the whole head dim; "partial": its first part
 
     def describe(self) -> str:
-        return f"({', '.join(('q', 'k', 'cos', 'sin', *self.extra))}); {self.layout}; tables over {_widths(self.widths)}"
+        only = "" if self.dtypes >= set(DTYPES) else "; " + (
+            ", ".join(str(d).removeprefix("torch.") for d in DTYPES if d in self.dtypes) + " inputs only"
+            if self.dtypes else "no input dtype confirmed")
+        return (f"({', '.join(('q', 'k', 'cos', 'sin', *self.extra))}); {self.layout}; "
+                f"tables over {_widths(self.widths)}{only}")
 
 
 def _widths(widths: frozenset) -> str:
