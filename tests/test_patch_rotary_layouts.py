@@ -34,7 +34,7 @@ def _rotary_entries(report) -> dict[str, tuple[str, str]]:
 @pytest.mark.parametrize("family", sorted(LAYOUTS))
 def test_each_layout_is_confirmed_and_every_call_served_bit_for_bit(family):
     m = model(family)
-    batch = inputs(m)
+    batch = {"input_ids": inputs(m)["input_ids"]}  # no labels: the logits are computed, patched or not
     with serving(everywhere=True), pn.triton.disabled(), aten_overrides_off():
         want = m(**batch).logits
         with pn.patched(m) as report, pn.trace() as t:
@@ -44,6 +44,7 @@ def test_each_layout_is_confirmed_and_every_call_served_bit_for_bit(family):
     assert status == "patched" and found.endswith(detail), report
     rotary_events = [e for e in t.events if e.op == "rotary"]
     assert rotary_events and all(e.outcome == "override" for e in rotary_events), [e.reason for e in rotary_events]
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
