@@ -66,7 +66,9 @@ def test_the_adapters_dropout_in_training_draws_what_the_module_draws():
     with serving(), aten_overrides_off():
         want = seeded_step(m, batch, seed=7)
         assert not torch.equal(want[0], seeded_step(m, batch, seed=8)[0])  # the dropout does draw
+        state = torch.random.get_rng_state()
         with pn.patched(m) as report:  # probed in training mode: dropout on
+            assert torch.equal(torch.random.get_rng_state(), state)  # the probes' seeds leave the user's stream
             with pn.trace() as t:
                 got = seeded_step(m, batch, seed=7)
     assert "gated_mlp" in {e.rule for e in report.patched}, report

@@ -209,17 +209,16 @@ def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 def seeded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Exception | None]:
     """``(fn(*args, **kwargs), None)``, or ``(None, what it raised)``, run from one random state
-    (torch's generator, and that of each device the tensor arguments are on, seeded alike), so a
-    forward and its candidate draw the same dropout masks; ``Refused`` as ``attempt``. ``session()``
+    (torch's generator, and that of each CUDA device the tensor arguments are on, seeded alike), so
+    a forward and its candidate draw the same dropout masks; ``Refused`` as ``attempt``. ``session()``
     puts the random state back."""
     reason = getattr(_refusal, "reason", None)
     if reason is not None:
         raise Refused(reason)
     torch.default_generator.manual_seed(SEED)
-    for device in {a.device for a in args if isinstance(a, torch.Tensor) and a.device.type != "cpu"}:
-        accelerator = torch.get_device_module(device.type)
-        with accelerator.device(device):
-            accelerator.manual_seed(SEED)
+    for device in {a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"}:
+        with torch.cuda.device(device):  # forked by ``session`` (the model's CUDA devices)
+            torch.cuda.manual_seed(SEED)
     try:
         return fn(*args, **kwargs), None
     except Exception as e:
