@@ -78,7 +78,7 @@ def _compute(module: nn.Module, plan: MlpPlan, x: torch.Tensor) -> torch.Tensor:
     return getattr(module, plan.down)(_op(plan.op)(gate, up, *plan.options))
 
 
-def projection_weight(child: nn.Module) -> torch.Tensor | None:
+def _projection_weight(child: nn.Module) -> torch.Tensor | None:
     """The weight of a projection: an ``nn.Linear``'s, or that of the ``nn.Linear`` a wrapper computes
     around (``base_layer``, as PEFT's tuner layers keep it); None for any other module."""
     if isinstance(child, nn.Linear):
@@ -108,7 +108,7 @@ def _assignments(weights: dict[str, torch.Tensor]):
 def _projections(module: nn.Module) -> dict[str, torch.Tensor] | None:
     """The projections' weights by child name, where ``module`` has the shape of a gated MLP."""
     children = dict(module.named_children())
-    weights = {n: w for n, c in children.items() if (w := projection_weight(c)) is not None}
+    weights = {n: w for n, c in children.items() if (w := _projection_weight(c)) is not None}
     others = [c for n, c in children.items() if n not in weights]
     if (len(weights) not in (2, 3) or any(True for c in others for _ in c.parameters())
             or any(True for _ in module.parameters(recurse=False)) or not probe.one_tensor_forward(module)):
