@@ -198,3 +198,53 @@ def test_compiled_with_nothing_served_it_is_the_compiled_unpatched_model_until_a
     finally:
         pn.unpatch(m)
         torch._dynamo.reset()
+
+
+@pytest.fixture
+def fake_gpu(calib, monkeypatch):
+    """The CPU key's overrides serve a fake GPU (CPU tensors report its device key), timed by a fake
+    clock; ``pn.benchmark`` as a fresh process has it (not set); what ``pn.patch`` asks for is dropped after."""
+    from calibration_testing import FAKE_DEVICE, FAKE_GPU
+    from first_use_testing import FakeClock
+
+    from python_native.features import calibration
+    from python_native.features.calibration import first_use, measure
+
+    monkeypatch.setattr(first_use, "_requested", set())
+    monkeypatch.setattr(first_use, "_refused", False)
+    calib.gpus([FAKE_GPU])
+    calib.device(FAKE_DEVICE)
+    clock = FakeClock()
+    measure.set_timer(clock)
+    yield clock
+    measure.set_timer(None)
+    monkeypatch.undo()
+    calibration.reset()
+    calibration.set_benchmark(False)
+    first_use.set_refused(False)
+
+
+@pytest.mark.parametrize(("timings", "outcome"), [((1.0, 2.0), "override"), ((2.0, 1.0), "fallback")])
+def test_patching_on_a_gpu_times_each_op_on_first_use_and_the_faster_serves(fake_gpu, timings, outcome):
+    fake_gpu.timings = lambda numel: timings  # (override ms, reference ms)
+    assert pn.benchmark is False  # nobody asked for measuring: pn.patch does, for its ops
+    norm = _llama(num_hidden_layers=1).model.norm
+    x = torch.randn(2, 5, norm.weight.shape[0])
+    with pn.patched(norm) as report:
+        assert "timed on its first call" in report.patched[0].serves
+        with pn.trace() as first:
+            norm(x)
+        with pn.trace() as again:
+            norm(x)
+    assert fake_gpu.asked == [tuple(x.shape)]  # measured once, on the first call of its size
+    assert [(e.op, e.outcome) for e in _ours(first)] == [("rms_norm", outcome)]
+    assert [(e.op, e.outcome) for e in _ours(again)] == [("rms_norm", outcome)]  # the verdict is kept
+
+
+def test_pn_benchmark_set_to_false_keeps_patching_from_measuring(fake_gpu):
+    pn.benchmark = False
+    norm = _llama(num_hidden_layers=1).model.norm
+    with pn.patched(norm) as report:
+        norm(torch.randn(2, 5, norm.weight.shape[0]))
+    assert fake_gpu.asked == []
+    assert "timed" not in report.patched[0].serves

@@ -38,9 +38,10 @@ from typing import Any
 
 from torch import nn
 
+from python_native.features import calibration
 from python_native.patching import effects, probe, runtime
 from python_native.patching import rules as rules_
-from python_native.patching.report import PatchReport
+from python_native.patching.report import OWN_CODE, PatchReport
 from python_native.patching.rules import LeftAlone, PatchRule
 
 log = logging.getLogger("python_native")
@@ -291,9 +292,7 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
         devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
         with probe.session(devices), probe.preserved(model):
             taken, functions = _match(model, selected, report, "would patch" if dry_run else "patched")
-        key = next((runtime.device_key(p) for p in model.parameters()), "CPU")
-        for entry in report.patched:  # after the probes, which held every DSL off
-            entry.serves = runtime.serving_text(entry.declared, key)
+        _say_what_serves(model, report, measure=not dry_run)  # after the probes, which held every DSL off
         if dry_run:
             return report
         state = _State(report)
@@ -307,6 +306,19 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
         log.info("python_native: patched %s %s (%d) with rule %s: %s", entry.kind, entry.target, entry.instances,
                  entry.rule, entry.detail)
     return report
+
+
+def _say_what_serves(model: nn.Module, report: PatchReport, measure: bool) -> None:
+    """Each routed entry's ``serves`` on the model's device; on a GPU (unless the user set
+    ``pn.benchmark = False``) the ops they route to are timed on first use (``measure``)."""
+    device = next((p.device for p in model.parameters()), None)
+    key = "CPU" if device is None or device.type == "cpu" else device.type.upper()  # as runtime.device_key
+    ops = sorted({op for entry in report.patched for op in entry.declared})
+    timed = measure and device is not None and bool(ops) and calibration.measure_on_first_use(ops, device)
+    for entry in report.patched:
+        entry.serves = runtime.serving_text(entry.declared, key)
+        if timed and not entry.serves.startswith(OWN_CODE):
+            entry.serves += "; each (dtype, size) timed on its first call against the op's reference, the faster serves"
 
 
 def _undo(state: _State) -> None:

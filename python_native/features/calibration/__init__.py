@@ -94,7 +94,8 @@ __all__ = [
     "DEFAULT_DSL", "ENV_VAR", "FORMAT", "MAX_BUCKET", "OFF", "PACKAGED_DIR", "PORTABLE", "WIDE_ROW",
     "CalibrationDriftWarning", "Gate", "Verdicts", "benchmark", "benchmark_set", "cell_of", "confirm_wins", "declare_kernels",
     "describe", "device_key", "faster_rivals", "forget_gate", "gate_of", "gate_override", "gated", "gated_dsls",
-    "gates_needed", "has_evidence", "is_gated", "leave_out", "left_out", "load", "never_wins", "reset",
+    "gates_needed", "has_evidence", "is_gated", "leave_out", "left_out", "load", "measure_on_first_use", "never_wins",
+    "reset",
     "save_table", "set_benchmark", "set_device_key_fn", "size_bucket", "suspended", "table_filename", "validate",
     "width_class", "wins",
     "first_use", "fresh", "gates", "measure", "portable", "resolve", "sources", "store", "summary", "tables",
@@ -139,6 +140,18 @@ def set_benchmark(value: Any) -> None:
         gates.regate()  # overrides nothing else speaks for are gated while it measures, and only then
 
 
+def measure_on_first_use(ops: Any, device: Any) -> bool:
+    """``pn.patch``'s request for a model on ``device``: on a GPU, each of ``ops`` is measured on its
+    first call per (dtype, size bucket) as under ``pn.benchmark = True``, unless the user set
+    ``pn.benchmark = False``; the gates read their verdicts again. True where they are measured."""
+    if not sources.is_gpu_key(resolve.device_key(device)):
+        return False
+    if first_use.request(ops):
+        gates.reread()
+        gates.regate()  # the overrides of ``ops`` no source spoke for are gated now
+    return all(first_use.requested(op) for op in ops)
+
+
 class benchmark_set:  # noqa: N801  (used like a function: ``with pn.benchmark_set(True):``)
     """Context manager: ``pn.benchmark`` is ``value`` inside the block, the previous value after."""
 
@@ -147,11 +160,13 @@ class benchmark_set:  # noqa: N801  (used like a function: ``with pn.benchmark_s
         self.value, self._previous = value, []
 
     def __enter__(self) -> None:
-        self._previous.append(first_use.mode())
+        self._previous.append((first_use.mode(), first_use.refused()))
         set_benchmark(self.value)
 
     def __exit__(self, *exc: object) -> None:
-        set_benchmark(self._previous.pop())
+        value, refused = self._previous.pop()
+        set_benchmark(value)
+        first_use.set_refused(refused)  # restoring False is not the user refusing ``pn.patch``'s measuring
 
 
 def declare_kernels(dsl: str, ops: Any) -> None:

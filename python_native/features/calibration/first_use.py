@@ -39,6 +39,8 @@ _mode: bool | str | None = None  # None: not read from the environment yet
 # (device key, dsl, op, dtype) -> {cell: won}: verdicts measured or adopted by this process
 _learned: dict[tuple[str, str, str, str], dict[int, bool]] = {}
 _claimed: set[tuple[str, str, str, str, int]] = set()  # cells a thread is measuring now
+_requested: set[str] = set()  # ops ``pn.patch`` routes a GPU model to: measured as under ``True``
+_refused = False  # the user set ``pn.benchmark = False``: nothing is measured, asked for or not
 generation = 0  # bumped whenever a verdict is learned or the mode changes: resolutions rebuild
 
 
@@ -65,19 +67,50 @@ def check(value: Any) -> bool | str:
 
 def set_mode(value: Any) -> bool:
     """Set ``pn.benchmark``; True when it changed (the caller re-reads the gates then)."""
-    global _mode, generation
+    global _mode, generation, _refused
     check(value)
     with _lock:
         changed = mode() != value
         _mode = value
+        _refused = value is False
         generation += 1
     return changed
 
 
-def active_for(device_key: str, catalog_mode: str) -> bool:
-    """Whether calls on ``device_key`` are measured on first use: ``pn.benchmark`` is on, the device
-    is a GPU, and calibration is neither off nor forced to the portable policy alone."""
-    return bool(mode()) and catalog_mode == "tables" and sources.is_gpu_key(device_key)
+def refused() -> bool:
+    return _refused
+
+
+def set_refused(value: bool) -> None:
+    global _refused, generation
+    with _lock:
+        _refused = value
+        generation += 1
+
+
+def request(ops: Any) -> bool:
+    """Measure ``ops`` on first use, as ``pn.benchmark = True`` would, whatever ``pn.benchmark`` says,
+    unless the user set it to False; True when that added an op (the caller re-reads the gates)."""
+    global generation
+    with _lock:
+        new = set(ops) - _requested
+        if _refused or not new:
+            return False
+        _requested.update(new)
+        generation += 1
+    return True
+
+
+def requested(op: str | None) -> bool:
+    """Whether ``op`` is measured on first use because ``pn.patch`` asked (and the user did not refuse)."""
+    return op is not None and not _refused and op in _requested
+
+
+def active_for(device_key: str, catalog_mode: str, op: str | None = None) -> bool:
+    """Whether calls (of ``op``, where given) on ``device_key`` are measured on first use:
+    ``pn.benchmark`` is on (or ``pn.patch`` asked for ``op``), the device is a GPU, and calibration
+    is neither off nor forced to the portable policy alone."""
+    return (bool(mode()) or requested(op)) and catalog_mode == "tables" and sources.is_gpu_key(device_key)
 
 
 def learned(device: str, dsl: str, op: str, dtype: str) -> dict[int, bool]:

@@ -33,9 +33,10 @@ class Resolution:
         self.catalog_mode = catalog_mode
         self._overlaid: dict[tuple[str, str, str, bool], tuple[tuple[int, int], tables.Verdicts | None]] = {}
 
-    def measuring(self) -> bool:
-        """Whether cells no table measured are measured on first use here (``pn.benchmark``)."""
-        return first_use.active_for(self.device, self.catalog_mode)
+    def measuring(self, op: str | None = None) -> bool:
+        """Whether cells no table measured (of ``op``, where given) are measured on first use here
+        (``pn.benchmark``, or ``pn.patch``'s request for ``op``)."""
+        return first_use.active_for(self.device, self.catalog_mode, op)
 
     def verdicts(self, dsl: str, op: str, dtype: str, measuring: bool = True) -> tables.Verdicts | None:
         """Per cell: first-use verdicts (this process's, then the tables'), ``first_use.MEASURE`` where
@@ -50,11 +51,11 @@ class Resolution:
     def _overlay(self, dsl: str, op: str, dtype: str, measuring: bool) -> tables.Verdicts | None:
         base = self.source_and_verdicts(dsl, op, dtype)[1]
         known = self._first_uses(dsl, op, dtype)
-        measure = measuring and self.measuring()
+        measure = measuring and self.measuring(op)
         if not known and not measure:
             return base
         covered: set[int] | range = set()
-        if measure and first_use.mode() is True:
+        if measure and (first_use.mode() is True or first_use.requested(op)):
             covered = set().union(*(t.fresh.exact.get((dsl, op, dtype), ()) for t in self.tables))
         elif measure and any(t.verdicts(op, dtype, dsl) is not None for t in self.tables):
             covered = range(_SPAN)  # "unmeasured": a table speaks for the op and dtype
@@ -98,12 +99,12 @@ class Resolution:
 
     def speaks_for(self, dsl: str, op: str) -> bool:
         """Some source has verdicts for ``dsl``'s ``op`` here, or ``pn.benchmark`` will measure it."""
-        return self.measuring() or bool(self.dtypes(dsl, op))
+        return self.measuring(op) or bool(self.dtypes(dsl, op))
 
     def never_wins(self, dsl: str, op: str) -> bool:
         """Some source speaks for the op here, and for every dtype the source that decides it loses
         everywhere (never while ``pn.benchmark`` measures here: a first use may find a win)."""
-        if self.measuring():
+        if self.measuring(op):
             return False
         dtypes = self.dtypes(dsl, op)
         return bool(dtypes) and all(self._loses(dsl, op, dtype) for dtype in dtypes)
