@@ -272,6 +272,30 @@ out["sequence_parallel"] = {
     "grad_weight": torch.allclose(norm[0].weight.grad.full_tensor(), weight_grad, rtol=1e-5, atol=1e-5),
     "served": sorted({e.op for e in t.events if e.outcome == "override"}),
 }
+
+# rotary on DTensors, q and k sharded on the heads or the batch (its strategies registered by pn.patch above).
+from torch.distributed.tensor import Shard, distribute_tensor
+from python_native.ops import rotary_op
+
+g = torch.Generator().manual_seed(1)
+q, k, cos, sin = (torch.randn(*shape, generator=g) for shape in ((2, 4, 8, 16), (2, 2, 8, 16), (2, 8, 16), (2, 8, 16)))
+plain = [t.clone().requires_grad_() for t in (q, k)]
+with pn.triton.disabled():
+    want = rotary_op._reference(*plain, cos, sin)
+    (want[0].sum() + want[1].sum()).backward()
+out["rotary"] = {}
+for name, (qk, table) in {"heads": (Shard(1), Replicate()), "batch": (Shard(0), Shard(0))}.items():
+    dq, dk = (distribute_tensor(t, mesh, [qk]).requires_grad_() for t in (q, k))
+    dcos, dsin = (distribute_tensor(t, mesh, [table]) for t in (cos, sin))
+    with pn.trace() as t:
+        got = rotary_op.rotary(dq, dk, dcos, dsin)
+        (got[0].sum() + got[1].sum()).backward()
+    out["rotary"][name] = {
+        "placements": [str(p) for r in got for p in r.placements],
+        "equal": all(torch.allclose(r.full_tensor(), w, atol=1e-6) for r, w in zip(got, want)),
+        "grads": all(torch.allclose(d.grad.full_tensor(), p.grad, atol=1e-6) for d, p in zip((dq, dk), plain)),
+        "served": sorted({e.op for e in t.events if e.outcome == "override"}),
+    }
 dist.destroy_process_group()
 print(json.dumps(out))
 """
@@ -404,3 +428,10 @@ def test_a_vocabulary_parallel_head_keeps_its_own_loss_and_the_report_says_why(t
         assert abs(loss - want) <= 1e-5 * abs(want), (report["rank"], seen)
         assert seen["rules"] == ["gated_mlp", "rms_norm", "rotary"], seen
         assert "mixed torch.Tensor and DTensor" in seen["left_alone"]["causal_lm_loss"], seen
+
+
+def test_rotary_takes_dtensors_sharded_on_heads_or_batch(tp_ranks):
+    for report in tp_ranks:
+        for name, placement in (("heads", "S(1)"), ("batch", "S(0)")):
+            assert report["rotary"][name] == {"placements": [placement, placement], "equal": True, "grads": True,
+                                              "served": ["rotary", "rotary_backward"]}, (report["rank"], name)

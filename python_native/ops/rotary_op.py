@@ -124,3 +124,40 @@ def rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 
     """transformers' ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=...)`` as one op
     (``torch.ops.python_native.rotary``)."""
     return OP(q, k, cos, sin, unsqueeze_dim)
+
+
+_sharding_registered = False
+
+
+def register_dtensor_sharding() -> None:
+    """DTensor's placements for ``rotary``, registered by ``pn.patch`` where DTensor is loaded
+    (importing DTensor costs more than the op): q and k (or their gradients) sharded on the heads dim
+    (``unsqueeze_dim``) with the tables replicated, or on the batch dim with the tables sharded alike
+    (replicated where their batch is 1, broadcast), or everything replicated. The rotation mixes the
+    halves of the last dim, so a shard of it is gathered first."""
+    global _sharding_registered
+    if _sharding_registered:
+        return
+    from torch.distributed.tensor import Replicate, Shard
+
+    def placements(q, cos, unsqueeze_dim):
+        heads = unsqueeze_dim if unsqueeze_dim >= 0 else unsqueeze_dim + q.ndim
+        every = [([Replicate()] * 2, [Replicate()] * 4 + [None])]
+        if 0 < heads < q.ndim - 1:
+            every.append(([Shard(heads)] * 2, [Shard(heads)] * 2 + [Replicate()] * 2 + [None]))
+        if heads != 0 and q.shape[0] > 1 and cos.shape[0] in (1, q.shape[0]):
+            table = Replicate() if cos.shape[0] == 1 else Shard(0)
+            every.append(([Shard(0)] * 2, [Shard(0)] * 2 + [table] * 2 + [None]))
+        return every
+
+    from torch.distributed.tensor.experimental import register_sharding
+
+    @register_sharding(OP)
+    def forward(q, k, cos, sin, unsqueeze_dim=1):
+        return placements(q, cos, unsqueeze_dim)
+
+    @register_sharding(BACKWARD)
+    def backward(grad_q, grad_k, cos, sin, unsqueeze_dim):
+        return placements(grad_q, cos, unsqueeze_dim)
+
+    _sharding_registered = True

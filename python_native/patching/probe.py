@@ -31,7 +31,7 @@ from torch import nn
 
 from python_native.core.registry import REGISTRY
 from python_native.foundations import dsl_registry
-from python_native.ops import gated_op, rms_norm_op
+from python_native.ops import gated_op, rms_norm_op, rotary_op
 
 SEED = 20240613
 log = logging.getLogger("python_native")
@@ -63,8 +63,8 @@ def refusing(reason: str | None) -> Iterator[None]:
 def session(devices: list[int] | None = None) -> Iterator[None]:
     """Matchers run inside: every DSL off, no grad, forked RNG, warnings muted."""
     if "torch.distributed.tensor" in sys.modules:  # a model may hand the ops DTensors
-        gated_op.register_dtensor_sharding()
-        rms_norm_op.register_dtensor_sharding()
+        for op in (gated_op, rms_norm_op, rotary_op):
+            op.register_dtensor_sharding()
     names = list(dsl_registry.names())
     token = REGISTRY.hold("dsl", names)
     py_state = random.getstate()
