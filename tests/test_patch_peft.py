@@ -44,6 +44,7 @@ def assert_same_training(got, want) -> None:
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.override
 def test_lora_projections_are_patched_and_train_as_the_unpatched_model():
     m = lora_llama()
     batch = inputs(m)
@@ -60,6 +61,7 @@ def test_lora_projections_are_patched_and_train_as_the_unpatched_model():
     assert ("swiglu", MLP_NAME) in served and ("swiglu_backward", MLP_NAME) in served, t.table(limit=None)
 
 
+@pytest.mark.override
 def test_the_adapters_dropout_in_training_draws_what_the_module_draws():
     m = lora_llama(dropout=0.25).train()
     batch = inputs(m)
