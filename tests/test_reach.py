@@ -154,13 +154,26 @@ def test_a_list_of_expert_mlps_counts_each_expert_call_outside_once():
     assert sum(report.rows["_Expert"].outside.values()) == 3 and ("_Expert", "moe experts") not in _outside(report)
 
 
-def test_a_layernorm_that_aten_routes_is_not_also_counted_outside():
+def _layer_norm(input, normalized_shape, weight, bias, eps):
+    """aten's native_layer_norm in plain torch (its result, mean and rstd), for a test override."""
+    x = input.float()
+    mean = x.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    out = (x - mean) * rstd
+    out = out if weight is None else out * weight.float() + (0 if bias is None else bias.float())
+    return out.to(input.dtype), mean, rstd
+
+
+def test_a_layernorm_that_aten_routes_is_not_also_counted_outside(overrides):
+    from conftest import always
+
     m = model("nemotron")
-    with serving(), aten_overrides_off():
+    overrides("native_layer_norm", always, _layer_norm, public_name="layer_norm")
+    with serving():
         report = pn.reach(m, kwargs=inputs(m))
     row = report.rows["NemotronLayerNorm1P"]
-    routed = sum(row.override.values()) + sum(row.fallback.values())
-    assert row.calls == 5 and not (routed and row.outside), (row.override, row.fallback, row.outside)
+    assert row.calls == 5 and row.override["native_layer_norm"] == 5 and not row.outside, row
+    assert ("layer_norm", "left alone") in {(e.rule, e.status) for e in report.patch.entries}
 
 
 def _types(decoder_only: bool) -> list[str]:
@@ -177,7 +190,7 @@ def _reach_or_refuse(family: str, capsys) -> tuple[int, dict]:
     status = main(["reach", "--model", family, "--json"])
     data = json.loads(capsys.readouterr().out)
     if status == 0:
-        assert data["rows"] and data["patch"]["model"].endswith("ForCausalLM"), family
+        assert data["rows"] and data["patch"]["model"] == data["model"], family
     else:
         assert status == 2 and "\n" not in data["error"] and data["error"].startswith("--model"), (family, data)
     return status, data
@@ -185,7 +198,8 @@ def _reach_or_refuse(family: str, capsys) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3", "falcon", "mamba", "qwen3_next"])
 def test_the_command_reaches_each_family_that_failed_before(family, capsys):
-    status, data = _reach_or_refuse(family, capsys)
+    with pn.triton.disabled():  # the step in plain torch: what is asked here is that the command runs
+        status, data = _reach_or_refuse(family, capsys)
     assert status == 0, data
 
 
@@ -200,9 +214,11 @@ def test_the_command_refuses_a_type_that_is_no_decoder_only_model_in_one_line(ca
 
 @pytest.mark.slow
 def test_the_command_reaches_or_refuses_every_causal_lm_type_installed(capsys):
-    """Every decoder-only type runs its step or is refused in one line; the others are refused."""
-    ran = [t for t in _types(decoder_only=True) if _reach_or_refuse(t, capsys)[0] == 0]
-    refused = [t for t in _types(decoder_only=False) if _reach_or_refuse(t, capsys)[0] == 2]
+    """Every decoder-only type runs its step or is refused in one line; the others are refused. The
+    backends are held off (plain torch computes each step: the interpreter would take hours)."""
+    with pn.triton.disabled():
+        ran = [t for t in _types(decoder_only=True) if _reach_or_refuse(t, capsys)[0] == 0]
+        refused = [t for t in _types(decoder_only=False) if _reach_or_refuse(t, capsys)[0] == 2]
     assert len(ran) >= 0.8 * len(_types(decoder_only=True)) and refused == _types(decoder_only=False)
 
 
