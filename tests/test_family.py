@@ -120,6 +120,16 @@ def _calls() -> list[tuple[str, str, tuple, dict, str | None]]:
         ("model_activations", "quick_gelu", (x[:, ::2],), {}, None),  # any column stride
         ("model_activations", "gelu_tanh", (t(0, 3),), {}, "empty input"),
         ("model_activations", "gelu_tanh_backward", (x, x.double()), {}, f64),
+        ("moe", "moe_route", (x, 2, "softmax", False, True), {}, None),
+        ("moe", "moe_route", (x, 3, "sigmoid", False, True, 1e-20, t(8), 4, 2, 2.5), {},
+         "group-limited routing (n_group=4)"),
+        ("moe", "moe_route_backward", (t(4, 2), x, idx.view(4, 2), 2), {"topk_first": True}, None),
+        ("moe", "moe_experts", (t(6, 16), idx.view(4, 2).repeat(2, 1)[:6], t(6, 2), t(4, 16, 16), t(4, 16, 8)), {},
+         None),
+        ("moe", "moe_experts", (t(6, 16).double(), idx.view(4, 2)[:3].repeat(2, 1), t(6, 2), t(4, 16, 16).double(),
+                                t(4, 16, 8).double()), {}, "hidden dtype float64"),
+        ("moe", "moe_experts_backward", (t(6, 16), t(6, 16), idx.view(4, 2)[:3].repeat(2, 1), t(6, 2), t(4, 16, 16),
+                                         t(4, 16, 8), None, None, "silu", False, False, 7.0, 1.702, "sum"), {}, None),
     ]
 
 

@@ -60,6 +60,8 @@ PUBLIC_CALLS = {
     "gated": lambda: ops.swiglu(*_randn(4, 32).chunk(2, -1)),
     "rotary": lambda: torch.cat(ops.rotary(_randn(1, 2, 3, 8), _randn(1, 1, 3, 8), _randn(1, 3, 8), _randn(1, 3, 8)), 1),
     "model_activations": lambda: ops.quick_gelu(_randn(4, 16)),
+    "moe": lambda: ops.moe_experts(_randn(4, 16), _index()[:, :2].repeat(2, 1), _randn(4, 2), _randn(4, 16, 16),
+                                   _randn(4, 16, 8)),
 }
 
 
@@ -125,7 +127,7 @@ def _impl_calls() -> dict[tuple[str, str], tuple]:
     The ops model patching declares are unmeasured: on a GPU without a calibration table they are not
     installed, and their impls plan the call (on the backend's device) before loading the kernels."""
     from python_native_dsls.cutedsl.ops import layer_norm, reductions, rms_norm, softmax
-    from python_native_dsls.triton.ops import gated, model_activations, model_rms_norm, rotary
+    from python_native_dsls.triton.ops import gated, model_activations, model_rms_norm, moe, rotary
     from python_native_dsls.triton.ops import rms_norm as triton_rms_norm
 
     x, y = torch.randn(4, 16), _randn(4, 16)
@@ -139,6 +141,8 @@ def _impl_calls() -> dict[tuple[str, str], tuple]:
         ("triton", "gated"): (gated.swiglu_impl, (y, y)),
         ("triton", "rotary"): (rotary.rotary_impl, (y.view(1, 1, 4, 16), y.view(1, 1, 4, 16), y[None], y[None])),
         ("triton", "model_activations"): (model_activations.quick_gelu_impl, (y,)),
+        ("triton", "moe"): (moe.experts_impl, (y, torch.zeros(4, 1, dtype=torch.long), y[:, :1], y.view(1, 4, 16)[:, :2],
+                                                y.view(1, 16, 4)[:, :, :1])),
     }
 
 

@@ -24,28 +24,40 @@ from python_native.tools import tiny_models
 
 MOE_OPS = {"moe_route": (moe_route_op._reference, moe_route_op._reference_backward),
            "moe_experts": (moe_experts_op._reference, moe_experts_op._reference_backward)}
+MOE_RULES = ["moe_router", "moe_experts"]  # the other rules' ops have tests of their own
 # family -> tiny-config overrides: K=3 (the two ways of summing part), K=2, and K=E (GPT-OSS's 4 of 4)
-FAMILIES = {"mixtral": {"num_experts_per_tok": 2}, "qwen3_moe": {"num_experts_per_tok": 3, "norm_topk_prob": True},
-            "olmoe": {"num_experts_per_tok": 2}, "gpt_oss": {"num_experts_per_tok": 4}}
+# (experts 32 wide: the interpreter runs their kernels' tiles one by one)
+FAMILIES = {"mixtral": {"num_experts_per_tok": 2, "intermediate_size": 32},
+            "qwen3_moe": {"num_experts_per_tok": 3, "norm_topk_prob": True},
+            "olmoe": {"num_experts_per_tok": 2, "intermediate_size": 32},
+            "gpt_oss": {"num_experts_per_tok": 4, "intermediate_size": 32}}
 
 
 @contextlib.contextmanager
-def moe_serving() -> Iterator[None]:
-    """Stand-in overrides of the MoE ops at the CPU key where no backend serves them, plus the stand-ins
-    of the other declared ops: a patched model's calls then reach an override whatever is installed."""
+def moe_serving(everywhere: bool = False) -> Iterator[None]:
+    """Stand-in overrides of the MoE ops at the CPU key where no backend serves them (``everywhere``:
+    behind any backend's, for tests that switch the backends off), plus the stand-ins of the other
+    declared ops: a patched model's calls then reach an override whatever is installed."""
     handles = []
     try:
         for public, (forward, backward) in MOE_OPS.items():
             for op, impl, is_backward in ((public, forward, False), (f"{public}_backward", backward, True)):
                 slot = REGISTRY.slots.get(("python_native", op, "CPU"))
-                if slot is None or not any(o.dsl != TEST_DSL for o in slot.overrides):
+                if everywhere or slot is None or not any(o.dsl != TEST_DSL for o in slot.overrides):
                     handles.append(pn.register_op_override(TEST_DSL, "python_native", op, "CPU", always, impl,
                                                            public_name=public, backward=is_backward))
-        with serving():
+        with serving(everywhere):
             yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+@pytest.fixture
+def references() -> Iterator[None]:
+    """Every backend off: the ops run their references, which must be the modules' results bit for bit."""
+    with pn.triton.disabled(), getattr(pn, TEST_DSL).disabled():
+        yield
 
 
 def tiny(family: str, dtype: torch.dtype = torch.float32, **overrides) -> torch.nn.Module:
@@ -95,7 +107,7 @@ def _route_args(family: str) -> dict:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_route_is_the_routers_forward_bit_for_bit(family, dtype):
+def test_route_is_the_routers_forward_bit_for_bit(family, dtype, references):
     router, _ = layer_of(tiny(family, dtype))
     randomised(router, 1)
     x = torch.randn(11, 64).to(dtype)
@@ -104,7 +116,7 @@ def test_route_is_the_routers_forward_bit_for_bit(family, dtype):
     assert got[0].dtype == weights.dtype and torch.equal(got[0], weights) and torch.equal(got[1], indices)
 
 
-def test_route_is_deepseek_v3s_group_limited_sigmoid_router_bit_for_bit():
+def test_route_is_deepseek_v3s_group_limited_sigmoid_router_bit_for_bit(references):
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
@@ -127,7 +139,7 @@ def test_route_is_deepseek_v3s_group_limited_sigmoid_router_bit_for_bit():
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_route_gradient_is_autograds_through_the_router(family):
+def test_route_gradient_is_autograds_through_the_router(family, references):
     router, _ = layer_of(tiny(family))
     randomised(router, 3)
     x = torch.randn(10, 64)
@@ -142,7 +154,7 @@ def test_route_gradient_is_autograds_through_the_router(family):
 @pytest.mark.parametrize("implementation", ["eager", "grouped_mm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_experts_are_the_modules_forward_bit_for_bit(family, dtype, implementation):
+def test_experts_are_the_modules_forward_bit_for_bit(family, dtype, implementation, references):
     m = tiny(family, dtype)
     m.config._experts_implementation = implementation
     router, experts = layer_of(m)
@@ -180,7 +192,7 @@ def _indices(case: str, tokens: int, top_k: int, experts: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("case", ["idle expert", "top_k = E", "all to one"])
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_experts_gradients_match_autograd_through_the_module(family, case):
+def test_experts_gradients_match_autograd_through_the_module(family, case, references):
     m = tiny(family)
     m.config._experts_implementation = "eager"
     _, experts = layer_of(m)
@@ -237,6 +249,7 @@ def test_fake_kernels_give_the_shapes_and_dtypes():
 
 # -- patched models -------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a training step of each model, its MoE kernels under the interpreter
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_patched_moe_models_route_every_router_and_experts_call_and_train_as_before(family):
     m = tiny(family)
@@ -244,7 +257,7 @@ def test_patched_moe_models_route_every_router_and_experts_call_and_train_as_bef
     layers = m.config.num_hidden_layers
     with moe_serving(), aten_overrides_off():
         loss, grads = step(m, batch)
-        with pn.patched(m) as report, pn.trace() as t:
+        with pn.patched(m, MOE_RULES) as report, pn.trace() as t:
             patched_loss, patched_grads = step(m, batch)
     rules = {e.rule: e.instances for e in report.patched}
     assert rules.get("moe_router") == layers and rules.get("moe_experts") == layers, report
@@ -262,12 +275,13 @@ def test_patched_moe_models_route_every_router_and_experts_call_and_train_as_bef
         assert_near(patched_grads[name], grad, msg=name)
 
 
+@pytest.mark.slow  # three training steps, the patched one's MoE kernels under the interpreter
 def test_unpatch_restores_a_moe_model_exactly():
     m = tiny("qwen3_moe")
     batch = tiny_models.example_inputs(m, batch=2, seq=8)
     with moe_serving(), aten_overrides_off():
         loss, grads = step(m, batch)
-        pn.patch(m)
+        pn.patch(m, MOE_RULES)
         step(m, batch)
         assert pn.unpatch(m)
         again, again_grads = step(m, batch)
@@ -279,9 +293,9 @@ def test_unpatch_restores_a_moe_model_exactly():
 def test_served_by_the_references_a_patched_moe_model_computes_the_unpatched_results_bit_for_bit():
     m = tiny("mixtral", num_experts_per_tok=3)
     batch = tiny_models.example_inputs(m, batch=2, seq=8)
-    with moe_serving(), aten_overrides_off():
+    with pn.triton.disabled(), moe_serving(everywhere=True), aten_overrides_off():
         out = m(**batch)
-        with pn.patched(m, ["moe_router", "moe_experts"]), pn.trace() as t:
+        with pn.patched(m, MOE_RULES), pn.trace() as t:
             same = m(**batch)
     assert {e.op for e in t.events if e.outcome == "override"} >= {"moe_route", "moe_experts"}
     assert torch.equal(same.logits, out.logits)
@@ -292,9 +306,26 @@ def test_the_loss_rule_steps_aside_while_a_router_auxiliary_loss_is_on():
     batch = tiny_models.example_inputs(m, batch=2, seq=8)
     with moe_serving(), aten_overrides_off():
         want = m(**batch).loss
-        with pn.patched(m), pn.trace() as t:
+        with pn.patched(m, ["causal_lm_loss", *MOE_RULES]), pn.trace() as t:
             got = m(**batch)
     assert got.aux_loss is not None
     torch.testing.assert_close(got.loss, want, rtol=1e-5, atol=1e-6)
     fused = [e for e in t.events if e.op.startswith("linear_cross_entropy") and e.outcome == "override"]
     assert not fused, fused
+
+
+@pytest.mark.slow  # a subprocess importing transformers, three variants of a layer
+def test_the_moe_layer_benchmark_starts_at_small_shapes_and_its_variants_agree():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "moe_layer.py"
+    proc = subprocess.run([sys.executable, str(script), "--small", "--shape", "mixtral", "--tokens", "32", "--repeat",
+                           "1", "--interpreted"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()
+            if line.split() and line.split()[0] in ("eager", "grouped_mm", "python-native")}
+    assert set(rows) == {"eager", "grouped_mm", "python-native"}, proc.stdout
+    assert all(float(row[-1]) < 1e-5 for row in rows.values()), proc.stdout  # max |diff| against eager
+    assert rows["python-native"][1] == "triton" and rows["eager"][1] == "-", proc.stdout

@@ -69,13 +69,14 @@ def test_registration_leaves_them_out_and_says_why(clean, monkeypatch):
 
 
 def test_the_families_of_the_declared_model_ops_stay_off_gpus_too(clean, monkeypatch):
-    """``python_native::rms_norm``, ``swiglu``, ``geglu``, ``rotary``, ``gelu_tanh``, ``quick_gelu``:
+    """``python_native::rms_norm``, ``swiglu``, ``geglu``, ``rotary``, ``gelu_tanh``, ``quick_gelu``, ``moe_route``,
+    ``moe_experts``:
     no GPU has timed their kernels against the ops' references yet."""
     from python_native_dsls.triton import ops
 
-    specs = [s for f in ops.families() if f.name in ("model_rms_norm", "gated", "rotary", "model_activations")
+    specs = [s for f in ops.families() if f.name in ("model_rms_norm", "gated", "rotary", "model_activations", "moe")
              for s in f.specs]
-    assert len(specs) == 12 and all(not s.measured and s.lib == "python_native" for s in specs)
+    assert len(specs) == 16 and all(not s.measured and s.lib == "python_native" for s in specs)
     registered: list[str] = []
     monkeypatch.setattr(REGISTRY, "register", lambda dsl, lib, op, key, cond, impl, **options: registered.append(op))
     skipped: dict[str, str] = {}

@@ -31,6 +31,7 @@ def families() -> list[Family]:
         linear_cross_entropy,
         model_activations,
         model_rms_norm,
+        moe,
         reductions,
         rms_norm,
         rotary,
@@ -40,7 +41,7 @@ def families() -> list[Family]:
     )
 
     modules = [layer_norm, rms_norm, softmax, activations, bmm, group_norm, dropout, reductions, topk, scatter_add,
-               linear_cross_entropy, model_rms_norm, gated, rotary, model_activations]
+               linear_cross_entropy, model_rms_norm, gated, rotary, model_activations, moe]
     return [m.FAMILY for m in modules]
 
 

@@ -1,0 +1,195 @@
+"""``python_native::moe_route`` and ``moe_experts``: a mixture-of-experts layer, forward and backward.
+
+The ops are declared by ``python_native.ops``; these overrides shadow their references:
+
+- ``moe_route``: one program per token picks its top-k experts (softmax, sigmoid with a correction
+  bias, or the logits themselves for top-k-then-softmax), renormalises and scales them; its
+  backward takes the weights' gradient to the logits through the chosen positions. Group-limited
+  routing (``n_group > 1``) is left to the reference.
+- ``moe_experts``: the (token, slot) pairs sorted by expert, gate/up as one grouped GEMM with the
+  activation fused, down as another weighted by the routing weights, each token's rows summed in
+  slot order. The backward recomputes the activations and writes every gradient without atomics:
+  the weights' and biases' per expert over its rows, the hidden states' per token over its slots.
+
+Results match the references to fp32 rounding, not bit for bit (other summation orders).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from python_native.ops import moe_experts_op, moe_route_op  # noqa: F401  (declares the ops overridden here)
+from python_native_dsls.family import Family, Op
+
+from ..plans.layout import MAX_INDEX
+from ..target import DSL_NAME
+from . import why
+
+Tensor = torch.Tensor
+NAMESPACE = "python_native"
+MAX_EXPERTS = 1024  # one router row per program, in registers
+ROUTE_KEY = ("logits", "top_k", "scoring", "topk_first", "renormalize", "renormalize_eps", "bias", "n_group",
+             "topk_group", "scaling", "keep_float")
+EXPERTS_KEY = ("hidden", "indices", "weights", "gate_up", "down", "gate_up_bias", "down_bias", "activation",
+               "transposed", "interleaved", "limit", "alpha", "combine")
+
+
+def _route_why(logits: Tensor, top_k: int, scoring: str, topk_first: bool, bias: Tensor | None, n_group: int,
+               topk_group: int) -> str | None:
+    try:
+        moe_route_op.check_arguments(logits, top_k, scoring, topk_first, bias, n_group, topk_group)
+    except ValueError as e:
+        return str(e)
+    found = why.device(logits, bias) or why.dtype(logits, "logits dtype") or (bias is not None and why.dtype(bias))
+    if found:
+        return found
+    if n_group > 1:
+        return f"group-limited routing (n_group={n_group}): the reference runs it"
+    if logits.shape[1] > MAX_EXPERTS or logits.stride(1) != 1:
+        return f"{logits.shape[1]} experts at column stride {logits.stride(1)} (the kernel takes up to {MAX_EXPERTS}, dense rows)"
+    return None if logits.numel() < MAX_INDEX else f"{logits.numel()} logits exceed int32 offsets"
+
+
+def route_plan_or_why(logits: Tensor, top_k: int, scoring: str = "softmax", topk_first: bool = False,
+                      renormalize: bool = False, renormalize_eps: float = 0.0, bias: Tensor | None = None,
+                      n_group: int = 1, topk_group: int = 1, scaling: float = 1.0, keep_float: bool = False):
+    found = _route_why(logits, top_k, scoring, topk_first, bias, n_group, topk_group)
+    if found:
+        return found
+    computed = torch.float32 if scoring == "softmax" and not topk_first else logits.dtype
+    return (computed if keep_float else logits.dtype,)
+
+
+def route_backward_plan_or_why(grad_weights: Tensor, logits: Tensor, indices: Tensor, top_k: int,
+                               scoring: str = "softmax", topk_first: bool = False, renormalize: bool = False,
+                               renormalize_eps: float = 0.0, bias: Tensor | None = None, n_group: int = 1,
+                               topk_group: int = 1, scaling: float = 1.0, keep_float: bool = False):
+    found = _route_why(logits, top_k, scoring, topk_first, bias, n_group, topk_group)
+    if found:
+        return found
+    if tuple(indices.shape) != (logits.shape[0], top_k) or tuple(grad_weights.shape) != tuple(indices.shape):
+        return f"indices {tuple(indices.shape)} and grad_weights {tuple(grad_weights.shape)} are not (tokens, top_k)"
+    return why.device(grad_weights, indices) or why.dtype(grad_weights, "grad_weights dtype") or (True,)
+
+
+def route_impl(logits: Tensor, top_k: int, scoring: str = "softmax", topk_first: bool = False,
+               renormalize: bool = False, renormalize_eps: float = 0.0, bias: Tensor | None = None, n_group: int = 1,
+               topk_group: int = 1, scaling: float = 1.0, keep_float: bool = False, plan=None) -> tuple[Tensor, Tensor]:
+    plan = plan or FAMILY["moe_route"].require(logits, top_k, scoring, topk_first, renormalize, renormalize_eps, bias,
+                                               n_group, topk_group, scaling, keep_float)
+    return FAMILY.kernels().route(logits, top_k, scoring == "sigmoid", topk_first, renormalize, renormalize_eps, bias,
+                                  scaling, plan[0])
+
+
+def route_backward_impl(grad_weights: Tensor, logits: Tensor, indices: Tensor, top_k: int, scoring: str = "softmax",
+                        topk_first: bool = False, renormalize: bool = False, renormalize_eps: float = 0.0,
+                        bias: Tensor | None = None, n_group: int = 1, topk_group: int = 1, scaling: float = 1.0,
+                        keep_float: bool = False, plan=None) -> Tensor:
+    return FAMILY.kernels().route_backward(grad_weights, logits, indices, scoring == "sigmoid", topk_first, renormalize,
+                                           renormalize_eps, scaling)
+
+
+def _experts_why(hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tensor, down: Tensor,
+                 gate_up_bias: Tensor | None, down_bias: Tensor | None, activation: str, transposed: bool,
+                 combine: str) -> str | None:
+    try:
+        moe_experts_op.check_arguments(hidden, indices, weights, gate_up, down, gate_up_bias, down_bias, activation,
+                                       transposed, combine)
+    except ValueError as e:
+        return str(e)
+    found = why.device(hidden, indices, weights, gate_up, down, gate_up_bias, down_bias)
+    for what, t in (("hidden", hidden), ("weights", weights), ("gate_up", gate_up), ("down", down)):
+        found = found or why.dtype(t, f"{what} dtype")
+    if found:
+        return found
+    if len({hidden.dtype, gate_up.dtype, down.dtype}) != 1:
+        return f"hidden, gate_up and down dtypes differ ({hidden.dtype}, {gate_up.dtype}, {down.dtype})"
+    if not hidden.numel() or not indices.numel():
+        return "empty input"
+    if indices.numel() * max(hidden.shape[1], gate_up.numel() // gate_up.shape[0]) > MAX_INDEX:
+        return f"{indices.numel()} routed rows: offsets past int32 in the sorted rows"
+    return None
+
+
+def experts_plan_or_why(hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tensor, down: Tensor,
+                        gate_up_bias: Tensor | None = None, down_bias: Tensor | None = None, activation: str = "silu",
+                        transposed: bool = False, interleaved: bool = False, limit: float = 7.0, alpha: float = 1.702,
+                        combine: str = "sum"):
+    found = _experts_why(hidden, indices, weights, gate_up, down, gate_up_bias, down_bias, activation, transposed,
+                         combine)
+    return found or (activation, transposed, interleaved, float(limit), float(alpha))
+
+
+def experts_backward_plan_or_why(grad_output: Tensor, hidden: Tensor, indices: Tensor, weights: Tensor,
+                                 gate_up: Tensor, down: Tensor, gate_up_bias: Tensor | None, down_bias: Tensor | None,
+                                 activation: str, transposed: bool, interleaved: bool, limit: float, alpha: float,
+                                 combine: str):
+    found = (_experts_why(hidden, indices, weights, gate_up, down, gate_up_bias, down_bias, activation, transposed,
+                          combine) or why.device(grad_output) or why.same(hidden, grad_output, "grad_output"))
+    return found or (activation, transposed, interleaved, float(limit), float(alpha))
+
+
+def experts_impl(hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tensor, down: Tensor,
+                 gate_up_bias: Tensor | None = None, down_bias: Tensor | None = None, activation: str = "silu",
+                 transposed: bool = False, interleaved: bool = False, limit: float = 7.0, alpha: float = 1.702,
+                 combine: str = "sum", plan=None) -> Tensor:
+    k = FAMILY.kernels()
+    options = plan or (activation, transposed, interleaved, float(limit), float(alpha))
+    s = k.Sorted(indices, gate_up.shape[0])
+    x = hidden.index_select(0, s.token)
+    h = k.gate_up(x, gate_up, gate_up_bias, s, options)
+    scale = weights.reshape(-1).index_select(0, s.order)
+    rows = k.grouped(h, down, k._matrix(down, transposed), hidden.shape[1], s, down_bias, scale, dtype=torch.float32,
+                     rounded=torch.promote_types(hidden.dtype, weights.dtype))
+    return s.to_tokens(rows).to(hidden.dtype)
+
+
+def experts_backward_impl(grad_output: Tensor, hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tensor,
+                          down: Tensor, gate_up_bias: Tensor | None, down_bias: Tensor | None, activation: str,
+                          transposed: bool, interleaved: bool, limit: float, alpha: float, combine: str,
+                          plan=None) -> tuple[Tensor, ...]:
+    k = FAMILY.kernels()
+    options = plan or (activation, transposed, interleaved, float(limit), float(alpha))
+    s = k.Sorted(indices, gate_up.shape[0])
+    x = hidden.index_select(0, s.token)
+    h = k.gate_up(x, gate_up, gate_up_bias, s, options)
+    raw = k.grouped(h, down, k._matrix(down, transposed), hidden.shape[1], s, down_bias, dtype=torch.float32)
+    g = grad_output.index_select(0, s.token).float()
+    flat = weights.reshape(-1)
+    grad_weights = torch.empty_like(flat)
+    grad_weights[s.order] = (g * raw).sum(-1).to(flat.dtype)
+    go = (g * flat.index_select(0, s.order).float()[:, None]).to(h.dtype)
+    grad_h = k.grouped(go, down, k._matrix(down, not transposed), h.shape[1], s)
+    grad_gate_up_rows = k.gate_up(x, gate_up, gate_up_bias, s, options, grad_h=grad_h)
+    grad_x = k.grouped(grad_gate_up_rows, gate_up, k._matrix(gate_up, not transposed), hidden.shape[1], s,
+                       dtype=torch.float32)
+    return (s.to_tokens(grad_x).to(hidden.dtype), grad_weights.view_as(weights),
+            _weight_grad(k, grad_gate_up_rows, x, gate_up, transposed, s), _weight_grad(k, go, h, down, transposed, s),
+            _bias_grad(k, grad_gate_up_rows, gate_up_bias, s), _bias_grad(k, go, down_bias, s))
+
+
+def _weight_grad(k, a: Tensor, b: Tensor, like: Tensor, transposed: bool, s) -> Tensor:
+    """``a^T @ b`` per expert, in ``like``'s layout: [E, out, in], or [E, in, out] where transposed."""
+    grad = torch.empty_like(like, memory_format=torch.contiguous_format)
+    strides = (grad.stride(0), grad.stride(2), grad.stride(1)) if transposed else grad.stride()
+    k.outer(a, b, grad, strides, s)
+    return grad
+
+
+def _bias_grad(k, a: Tensor, bias: Tensor | None, s) -> Tensor:
+    if bias is None:
+        return a.new_empty(0)
+    grad = torch.empty_like(bias, memory_format=torch.contiguous_format)
+    k.outer(a, torch.ones(a.shape[0], 1, dtype=a.dtype, device=a.device), grad, (grad.stride(0), 1, 0), s)
+    return grad
+
+
+FAMILY = Family(DSL_NAME, "moe", [
+    Op("moe_route", route_plan_or_why, route_impl, ROUTE_KEY, public_name="moe_route", measured=False, lib=NAMESPACE),
+    Op("moe_route_backward", route_backward_plan_or_why, route_backward_impl, ("grad_weights", "indices", *ROUTE_KEY),
+       public_name="moe_route", backward=True, measured=False, lib=NAMESPACE),
+    Op("moe_experts", experts_plan_or_why, experts_impl, EXPERTS_KEY, public_name="moe_experts", measured=False,
+       lib=NAMESPACE),
+    Op("moe_experts_backward", experts_backward_plan_or_why, experts_backward_impl, ("grad_output", *EXPERTS_KEY),
+       public_name="moe_experts", backward=True, measured=False, lib=NAMESPACE),
+], kernels="moe")
