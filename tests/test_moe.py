@@ -329,3 +329,33 @@ def test_the_moe_layer_benchmark_starts_at_small_shapes_and_its_variants_agree()
     assert set(rows) == {"eager", "grouped_mm", "python-native"}, proc.stdout
     assert all(float(row[-1]) < 1e-5 for row in rows.values()), proc.stdout  # max |diff| against eager
     assert rows["python-native"][1] == "triton" and rows["eager"][1] == "-", proc.stdout
+
+
+def test_deepseek_v3s_grouped_sigmoid_router_and_shared_experts_are_taken():
+    """Its router by the sigmoid variant with groups, bias and scaling (the Triton kernels leave groups to
+    the reference, saying so); its experts by ``moe_experts``; its shared experts, a gated MLP, by that rule."""
+    from transformers import AutoModelForCausalLM, DeepseekV3Config
+
+    cfg = DeepseekV3Config(hidden_size=64, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, n_group=4, topk_group=2,
+                           num_experts_per_tok=3, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=32,
+                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, vocab_size=256,
+                           routed_scaling_factor=2.5)
+    torch.manual_seed(0)
+    m = AutoModelForCausalLM.from_config(cfg).train()
+    with torch.no_grad():
+        m.model.layers[1].mlp.gate.e_score_correction_bias.normal_(0.0, 0.1)
+    batch = tiny_models.example_inputs(m, batch=2, seq=8)
+    with moe_serving(), aten_overrides_off():
+        loss, grads = step(m, batch)
+        with pn.patched(m, [*MOE_RULES, "gated_mlp"]) as report, pn.trace() as t:
+            patched_loss, patched_grads = step(m, batch)
+    found = {e.rule: (e.target, e.instances) for e in report.patched}
+    assert found == {"moe_router": ("DeepseekV3TopkRouter", 1), "moe_experts": ("DeepseekV3Experts", 1),
+                     "gated_mlp": ("DeepseekV3MLP", 2)}, report
+    routed = [e for e in t.events if e.op == "moe_route" and e.module == "model.layers.1.mlp.gate"]
+    assert routed and all(e.outcome == "override" or "group-limited routing" in (e.reason or "") for e in routed)
+    assert [e for e in t.events if e.op == "moe_experts" and e.outcome == "override"]
+    assert abs(patched_loss.item() - loss.item()) <= 1e-5 * abs(loss.item())
+    for name, grad in grads.items():
+        assert_near(patched_grads[name], grad, msg=name)
