@@ -359,3 +359,14 @@ def test_deepseek_v3s_grouped_sigmoid_router_and_shared_experts_are_taken():
     assert abs(patched_loss.item() - loss.item()) <= 1e-5 * abs(loss.item())
     for name, grad in grads.items():
         assert_near(patched_grads[name], grad, msg=name)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "olmoe"])
+def test_the_router_probe_tells_renormalised_weights_apart_in_bf16(family):
+    """Peaked probabilities would round alike renormalised or not: the probe's logits are small."""
+    m = tiny(family, torch.bfloat16, **({"norm_topk_prob": False} if family == "olmoe" else {}))
+    router, _ = layer_of(m)
+    report = pn.patch(m, ["moe_router"], dry_run=True)
+    (entry,) = report.patched
+    renormalised = getattr(router, "norm_topk_prob", True)
+    assert f"renormalize={renormalised}" in entry.detail and f"keep_float={family == 'mixtral'}" in entry.detail

@@ -215,7 +215,8 @@ def match_router(module: nn.Module) -> RouterPlan | LeftAlone | None:
     if probe.is_meta(module):
         return LeftAlone("parameters on the meta device: no probe can confirm the forward")
     twin = probe.with_random_parameters(module, center=0.0)
-    x = probe.randn(2, PROBE_TOKENS // 2, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    # small logits: probabilities far from 0 and 1, so that renormalising or not parts even in bf16
+    x = probe.randn(2, PROBE_TOKENS, weight.shape[1], dtype=weight.dtype, device=weight.device, scale=0.1)
     flat = probe.attempt(type(module).forward, twin, x.reshape(-1, weight.shape[1]))
     if not (isinstance(flat, tuple) and len(flat) == 3 and all(isinstance(t, torch.Tensor) for t in flat)):
         return None
