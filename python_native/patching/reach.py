@@ -8,7 +8,11 @@ runs a forward and a backward under ``pn.trace()``, and tables per module class:
 - ``override``: routed calls an override served;
 - ``fallback``: routed calls that ran aten's kernel or a declared op's reference, each reason listed;
 - ``outside``: calls of modules (or of the functions they call) that a rule recognises but that
-  computed outside the package: left alone (with the reason), or not patched for this step.
+  computed outside the package: left alone (with the reason), not patched for this step, handed
+  back by a patched forward to the module's own code (with the shape or dtype its probe did not
+  confirm), and an MoE's experts and routers, recognised by structure, that no rule took. A
+  module whose own calls reached the routers of its rule's ops (a LayerNorm that ``F.layer_norm``
+  routes) is not outside; no call is counted twice.
 
 It is how a user sees what the package reaches in a model before measuring it. The model's
 gradients are put back as they were after the step.
