@@ -128,6 +128,8 @@ def _calls() -> list[tuple[str, str, tuple, dict, str | None]]:
          None),
         ("moe", "moe_experts", (t(6, 16).double(), idx.view(4, 2)[:3].repeat(2, 1), t(6, 2), t(4, 16, 16).double(),
                                 t(4, 16, 8).double()), {}, "hidden dtype float64"),
+        ("moe", "moe_experts", (t(6, 16), idx.view(4, 2)[:3].repeat(2, 1), t(6, 2), t(4, 16, 16), t(4, 16, 8), None,
+                                t(16, 4).t()), {}, "down_bias at column stride 4"),
         ("moe", "moe_experts_backward", (t(6, 16), t(6, 16), idx.view(4, 2)[:3].repeat(2, 1), t(6, 2), t(4, 16, 16),
                                          t(4, 16, 8), None, None, "silu", False, False, 7.0, 1.702, "sum"), {}, None),
     ]

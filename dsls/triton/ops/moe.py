@@ -45,6 +45,8 @@ def _route_why(logits: Tensor, top_k: int, scoring: str, topk_first: bool, bias:
         return found
     if n_group > 1:
         return f"group-limited routing (n_group={n_group}): the reference runs it"
+    if bias is not None and bias.stride(0) != 1:
+        return f"bias at stride {bias.stride(0)} (the kernel reads it dense)"
     if logits.shape[1] > MAX_EXPERTS or logits.stride(1) != 1:
         return f"{logits.shape[1]} experts at column stride {logits.stride(1)} (the kernel takes up to {MAX_EXPERTS}, dense rows)"
     return None if logits.numel() < MAX_INDEX else f"{logits.numel()} logits exceed int32 offsets"
@@ -102,6 +104,9 @@ def _experts_why(hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tens
         found = found or why.dtype(t, f"{what} dtype")
     if found:
         return found
+    for what, b in (("gate_up_bias", gate_up_bias), ("down_bias", down_bias)):
+        if b is not None and b.stride(-1) != 1:
+            return f"{what} at column stride {b.stride(-1)} (the kernels read bias rows dense)"
     if len({hidden.dtype, gate_up.dtype, down.dtype}) != 1:
         return f"hidden, gate_up and down dtypes differ ({hidden.dtype}, {gate_up.dtype}, {down.dtype})"
     if not hidden.numel() or not indices.numel():
