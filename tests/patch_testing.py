@@ -18,6 +18,7 @@ import python_native as pn
 from conftest import TEST_DSL, always
 from python_native.core.registry import REGISTRY
 from python_native.ops import activation_op, gated_op, moe_experts_op, moe_route_op, rms_norm_op, rotary_op
+from python_native.ops import linear_cross_entropy_op as lce_op
 from python_native.tools import tiny_models
 
 # public name -> the references of its forward and backward
@@ -37,7 +38,11 @@ STAND_INS = {
     for public, (forward, backward_impl) in _REFERENCES.items()
     for op, impl, backward in ((public, forward, False), (f"{public}_backward", backward_impl, True))
 }
-OURS = set(STAND_INS) | {"linear_cross_entropy.forward", "linear_cross_entropy.backward"}
+STAND_INS.update({  # the fused loss's two overloads
+    "linear_cross_entropy.forward": (lce_op._reference_forward, "linear_cross_entropy", False),
+    "linear_cross_entropy.backward": (lce_op._reference_backward, "linear_cross_entropy", True),
+})
+OURS = set(STAND_INS)
 FAMILIES = ("llama", "qwen2", "gemma", "gpt2")
 
 
