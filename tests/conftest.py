@@ -57,16 +57,33 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under ``--overrides-off``, a test marked ``override`` must fail, by an assertion."""
+    """Under ``--overrides-off``, a test marked ``override`` must fail, by an assertion; or, marked
+    ``override(aten_raises=E)``, by aten's own error ``E`` on an input only the override serves."""
     if not config.getoption(OVERRIDES_OFF):
         return
-    expected = pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason=f"{env.DISABLE_ALL[0]}=1: no override runs, so a test asserting that one ran must fail",
-    )
+    reason = f"{env.DISABLE_ALL[0]}=1: no override runs, so a test asserting that one ran must fail"
     for item in items:
-        if item.get_closest_marker("override") is not None:
-            item.add_marker(expected)
+        marker = item.get_closest_marker("override")
+        if marker is None:
+            continue
+        unknown = set(marker.kwargs) - {"aten_raises"}
+        if marker.args or unknown:
+            raise pytest.UsageError(f"{item.nodeid}: pytest.mark.override takes only aten_raises=<an exception "
+                                    f"type>, got {marker.args} {sorted(unknown)}")
+        also = marker.kwargs.get("aten_raises", ())
+        raises = (AssertionError, *(also if isinstance(also, tuple) else (also,)))
+        item.add_marker(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
+
+
+CALL_PASSED = pytest.StashKey[bool]()  # whether a test's own body passed (for fixtures' checks after it)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_PASSED] = report.passed
+    return report
 
 
 def pytest_generate_tests(metafunc):

@@ -171,8 +171,12 @@ def test_ci_runs_the_readmes_test_command_then_the_slow_tests():
     steps = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line]
     assert steps[:2] == [tests, 'python -m pytest -q -m slow']
     # then the edge values under aten's other CPU capabilities, as the README says
-    assert all("ATEN_CPU_CAPABILITY=" in step and "test_edge_grid.py" in step for step in steps[2:]) and steps[2:]
+    capabilities, overrides_off = steps[2:-1], steps[-1]
+    assert all("ATEN_CPU_CAPABILITY=" in step and "test_edge_grid.py" in step for step in capabilities) and capabilities
     assert "ATEN_CPU_CAPABILITY=default" in setup and "avx2" in setup
+    # then, every override off, the Triton tests: those that claim an override ran must fail
+    assert overrides_off == 'PYTHON_NATIVE_DISABLE=1 python -m pytest -q tests/triton -m "not slow" --overrides-off'
+    assert f"`{overrides_off}`" in " ".join(setup.split())
 
 
 def test_the_logging_example_is_what_registration_logs(tmp_path: Path):

@@ -8,7 +8,7 @@ from triton_testing import DTYPES, assert_matches, compare, make, requires_trito
 
 import python_native as pn
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.override]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,7 +7,7 @@ from triton_testing import requires_triton
 
 from python_native.tools import demo
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.override]
 
 
 @pytest.mark.parametrize("activation", ["gelu", "silu"])

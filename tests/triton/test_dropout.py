@@ -13,7 +13,7 @@ import struct
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, DTYPES, make, requires_triton, seeded, unmeasured_installed  # noqa: F401
+from triton_testing import DEVICE, DTYPES, assert_routed, make, requires_triton, seeded, unmeasured_installed  # noqa: F401
 
 import python_native as pn
 
@@ -36,6 +36,7 @@ def _scale(p: float) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.override
 def test_public_call_reaches_the_override_and_keeps_atens_contract(dtype):
     x = make(64, 96, dtype=dtype)
     with pn.trace() as t:
@@ -54,6 +55,7 @@ def test_public_call_reaches_the_override_and_keeps_atens_contract(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed"])
+@pytest.mark.override
 def test_native_dropout_mask_output_and_gradient(dtype, layout):
     x = make(4, 6, 5, 5, dtype=dtype, requires_grad=False)
     x = x.to(memory_format=torch.channels_last) if layout == "channels_last" else x
@@ -79,31 +81,38 @@ def test_native_dropout_mask_output_and_gradient(dtype, layout):
     assert torch.equal(x.grad, (mask * scale).to(dtype))
 
 
+@pytest.mark.override
 def test_same_seed_same_mask_and_the_generator_advances():
     x = make(32, 100, requires_grad=False)
-    torch.manual_seed(123)
-    first = torch.native_dropout(x, 0.5, True)[1]
-    second = torch.native_dropout(x, 0.5, True)[1]
-    torch.manual_seed(123)
-    again = torch.native_dropout(x, 0.5, True)[1]
-    assert torch.equal(first, again)
-    assert not torch.equal(first, second)  # each call draws afresh
-    torch.manual_seed(123)
-    public = F.dropout(x, 0.5, training=True)
-    torch.manual_seed(123)
-    assert torch.equal(public, F.dropout(x, 0.5, training=True))
+    with pn.trace() as t:
+        torch.manual_seed(123)
+        first = torch.native_dropout(x, 0.5, True)[1]
+        second = torch.native_dropout(x, 0.5, True)[1]
+        torch.manual_seed(123)
+        again = torch.native_dropout(x, 0.5, True)[1]
+        assert torch.equal(first, again)
+        assert not torch.equal(first, second)  # each call draws afresh
+        torch.manual_seed(123)
+        public = F.dropout(x, 0.5, training=True)
+        torch.manual_seed(123)
+        assert torch.equal(public, F.dropout(x, 0.5, training=True))
+    assert _fired(t, FWD) and _fired(t, PUBLIC)
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+@pytest.mark.override
 def test_kept_fraction_within_statistical_bounds(p):
     x = torch.ones(512, 512, device=DEVICE)
-    mask = torch.native_dropout(x, p, True)[1]
+    with pn.trace() as t:
+        mask = torch.native_dropout(x, p, True)[1]
+    assert _fired(t, FWD)
     n = mask.numel()
     assert abs(float(mask.float().mean()) - (1 - p)) < 6 * math.sqrt(p * (1 - p) / n)
     rows = mask.float().mean(1)  # no row (no program's share) systematically off
     assert float((rows - (1 - p)).abs().max()) < 6 * math.sqrt(p * (1 - p) / 512)
 
 
+@pytest.mark.override
 def test_p_zero_keeps_everything_as_a_copy():
     x = make(10, 10, requires_grad=False)
     x[0, 0] = float("nan")
@@ -115,6 +124,7 @@ def test_p_zero_keeps_everything_as_a_copy():
 
 
 @pytest.mark.skipif(ON_GPU, reason="p = 1 declines at the CUDA key (aten's zeros_like shortcut)")
+@pytest.mark.override
 def test_p_one_gives_what_atens_cpu_kernel_gives():
     x = torch.tensor([1.0, -2.0, float("nan"), float("inf"), 0.0])
     with pn.trace() as t:
@@ -127,7 +137,12 @@ def test_p_one_gives_what_atens_cpu_kernel_gives():
     assert torch.equal(torch.signbit(y), torch.signbit(ref_y))  # -2 * 0 * 0 is -0 in both
 
 
-@pytest.mark.parametrize("case", ["train=False", "empty", "float64", "non-dense", "p out of range"])
+DECLINED = {"train=False": "train=False: aten returns a copy", "empty": "empty input", "float64": "dtype float64",
+            "non-dense": "layout: not dense", "p out of range": "p = 1.5 is outside [0, 1]"}
+
+
+@pytest.mark.parametrize("case", list(DECLINED))
+@pytest.mark.override
 def test_declined_calls_are_atens(case):
     x = make(6, 8, requires_grad=False)
     p, train = 0.5, True
@@ -146,11 +161,12 @@ def test_declined_calls_are_atens(case):
             got = torch.native_dropout(x, p, train)
         except RuntimeError as e:
             got = e
-    assert not _fired(t, FWD)
+    assert_routed(t.events, {FWD: DECLINED[case]}, case)
     if case == "train=False":
         assert torch.equal(got[0], x) and got[0].data_ptr() != x.data_ptr() and bool(got[1].all())
 
 
+@pytest.mark.override
 def test_backward_equals_atens_exactly():
     dy = make(7, 9, requires_grad=False)
     dy[0, 0] = float("nan")
@@ -164,6 +180,7 @@ def test_backward_equals_atens_exactly():
     torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.override
 def test_out_variants():
     x = make(5, 6, requires_grad=False)
     y, mask = torch.empty(0, device=DEVICE), torch.empty(0, dtype=torch.bool, device=DEVICE)
@@ -176,6 +193,7 @@ def test_out_variants():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.override
 def test_bernoulli_fills_ones_and_zeros(dtype):
     out = torch.empty(256, 256, dtype=dtype, device=DEVICE)
     with pn.trace() as t:
@@ -187,18 +205,23 @@ def test_bernoulli_fills_ones_and_zeros(dtype):
     assert bool((torch.empty_like(out).bernoulli_(1.0) == 1).all())
 
 
+@pytest.mark.override
 def test_bernoulli_with_a_generator_and_atens_errors():
     out = torch.empty(64, 64, device=DEVICE)
     gen = torch.Generator(device=DEVICE)
-    first = out.bernoulli_(0.5, generator=gen.manual_seed(7)).clone()
-    assert torch.equal(first, out.bernoulli_(0.5, generator=gen.manual_seed(7)))
+    with pn.trace() as t:
+        first = out.bernoulli_(0.5, generator=gen.manual_seed(7)).clone()
+        assert torch.equal(first, out.bernoulli_(0.5, generator=gen.manual_seed(7)))
+    assert_routed(t.events, {FILL: None}, "bernoulli_ with a generator")
     with pn.triton.disabled(), pytest.raises(RuntimeError) as aten_error:
         out.bernoulli_(1.5)
-    with pytest.raises(RuntimeError) as error:
+    with pn.trace() as t, pytest.raises(RuntimeError) as error:
         out.bernoulli_(1.5)
     assert str(error.value) == str(aten_error.value)
+    assert_routed(t.events, {FILL: "p = 1.5 is outside [0, 1]"}, "bernoulli_(1.5)")
 
 
+@pytest.mark.override
 def test_feature_dropout_reaches_bernoulli():
     x = make(4, 6, 3, 3)
     with pn.trace() as t:
@@ -208,6 +231,7 @@ def test_feature_dropout_reaches_bernoulli():
     assert bool(((per_channel.amax(-1) == per_channel.amin(-1))).all())  # whole channels kept or dropped
 
 
+@pytest.mark.override
 def test_switches_and_listing():
     assert {FWD, BWD, FILL, "native_dropout.out", "native_dropout_backward.out"} <= set(pn.get_dsl_operations("triton"))
     x = make(8, 8, requires_grad=False)

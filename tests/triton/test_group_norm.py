@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, DTYPES, Run, compare, make, requires_triton, run, seeded, unmeasured_installed  # noqa: F401
+from triton_testing import (  # noqa: F401
+    DEVICE,
+    DTYPES,
+    assert_routed,
+    compare,
+    make,
+    requires_triton,
+    run,
+    seeded,
+    unmeasured_installed,
+)
 
 import python_native as pn
 
@@ -28,6 +38,7 @@ def _input(shape, dtype=torch.float32, layout=torch.contiguous_format, scale=1.0
     ((3, 6, 10), 6, torch.contiguous_format),
     ((4, 12), 3, torch.contiguous_format),
 ])
+@pytest.mark.override
 def test_affine_matches_aten(shape, groups, layout, dtype):
     x, w, b = _input(shape, dtype, layout), make(shape[1], dtype=dtype), make(shape[1], dtype=dtype)
     got = compare(lambda x, w, b: F.group_norm(x, groups, w, b), [x, w, b], [FWD, BWD])
@@ -46,6 +57,7 @@ def _reference(x, groups, w=None, b=None, eps=1e-5):
 
 
 @pytest.mark.parametrize("params", ["none", "weight"])
+@pytest.mark.override
 def test_optional_parameters(params):
     x = _input((2, 8, 4, 4), layout=CL)
     if params == "weight":
@@ -54,6 +66,7 @@ def test_optional_parameters(params):
         compare(lambda x: F.group_norm(x, 2), [x], [FWD, BWD])
 
 
+@pytest.mark.override(aten_raises=RuntimeError)  # aten's kernel cannot take this call
 def test_bias_without_weight():
     """A bias gradient without a weight: aten's CPU kernel fails there ("tensor does not have a
     device"); the override returns the gradient, checked against plain torch ops in float64."""
@@ -68,6 +81,7 @@ def test_bias_without_weight():
         torch.testing.assert_close(g, r.grad.float(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.override
 def test_statistics_shaped_like_aten():
     x, w = make(3, 8, 5, 5, dtype=torch.bfloat16, requires_grad=False), make(8, dtype=torch.bfloat16)
     args = (x, w.detach(), None, 3, 8, 25, 4, 1e-5)
@@ -83,6 +97,7 @@ def test_statistics_shaped_like_aten():
 
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (True, True, False), (False, False, True)])
 @pytest.mark.parametrize("with_weight", [True, False])
+@pytest.mark.override(aten_raises=RuntimeError)  # without a weight, aten's kernel cannot give parameter gradients
 def test_backward_respects_output_mask(mask, with_weight):
     x = make(2, 6, 4, 4, requires_grad=False)
     w = make(6, requires_grad=False) if with_weight else None
@@ -106,6 +121,7 @@ def test_backward_respects_output_mask(mask, with_weight):
             torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.override
 def test_expanded_and_differently_laid_out_gradients():
     """``y.sum().backward()`` hands the backward an expanded gradient; a channels-last input may
     get a contiguous one: both stay on the kernels, strided as they come."""
@@ -118,6 +134,7 @@ def test_expanded_and_differently_laid_out_gradients():
     compare(lambda x: F.group_norm(x, 2) * 1.0, [x], [FWD, BWD])  # contiguous grad of a channels-last y
 
 
+@pytest.mark.override
 def test_long_groups_split_their_statistics(monkeypatch):
     """Small tiles and many programs wanted: each group's statistics and each channel's sums come
     from several programs, combined afterwards."""
@@ -137,6 +154,7 @@ def test_long_groups_split_their_statistics(monkeypatch):
         ops.FAMILY.clear_plans()
 
 
+@pytest.mark.override
 def test_large_mean_small_spread():
     """Statistics relative to a shift, deviations from each tile's own mean: a mean 10^4 times
     the spread cancels nothing in the output. The input gradient then hinges on the fp32 rounding
@@ -154,16 +172,20 @@ def test_large_mean_small_spread():
     assert max_error(got.grads[0], truth.grads[0]) <= 1.1 * max_error(ref.grads[0], truth.grads[0])
 
 
+@pytest.mark.override
 def test_negative_eps_gives_nan_as_aten():
     x = make(2, 4, 3, 3, requires_grad=False)
     args = (x, None, None, 2, 4, 9, 2, -10.0)
-    got = torch.ops.aten.native_group_norm(*args)
+    with pn.trace() as t:
+        got = torch.ops.aten.native_group_norm(*args)
+    assert_routed(t.events, {FWD: None}, "eps = -10")
     with pn.triton.disabled():
         ref = torch.ops.aten.native_group_norm(*args)
     for g, r in zip(got, ref, strict=True):
         torch.testing.assert_close(g, r, equal_nan=True)
 
 
+@pytest.mark.override
 def test_out_variant():
     x, w, b = make(2, 6, 4, 4, requires_grad=False), make(6, requires_grad=False), make(6, requires_grad=False)
     outs = [torch.empty(0, device=DEVICE) for _ in range(3)]
@@ -177,6 +199,7 @@ def test_out_variant():
 
 
 @pytest.mark.parametrize("case", ["float64", "mixed_weight_dtype", "empty_batch"])
+@pytest.mark.override
 def test_declined_inputs_fall_back(case):
     x, w = make(2, 8, 3, 3), make(8)
     if case == "float64":
@@ -204,15 +227,18 @@ def test_declined_inputs_fall_back(case):
     assert result.fell_back(FWD) and not result.triton_events()
 
 
+@pytest.mark.override
 def test_groups_that_do_not_divide_get_atens_error():
     x = make(2, 8, 3, 3, requires_grad=False)
     with pn.triton.disabled(), pytest.raises(RuntimeError) as aten_error:
         torch.ops.aten.native_group_norm(x, None, None, 2, 8, 9, 3, 1e-5)
-    with pytest.raises(RuntimeError) as error:
+    with pn.trace() as t, pytest.raises(RuntimeError) as error:
         torch.ops.aten.native_group_norm(x, None, None, 2, 8, 9, 3, 1e-5)
     assert str(error.value) == str(aten_error.value) and "divisible" in str(error.value)
+    assert_routed(t.events, {FWD: "C = 8 is not divisible by group = 3"}, "3 groups of 8 channels")
 
 
+@pytest.mark.override
 def test_non_dense_input_gets_atens_error():
     x = make(2, 8, 6, 6, requires_grad=False)[:, :, ::2]
     with pn.triton.disabled(), pytest.raises(RuntimeError) as aten_error:
@@ -220,9 +246,10 @@ def test_non_dense_input_gets_atens_error():
     with pn.trace() as t, pytest.raises(RuntimeError) as error:
         torch.ops.aten.native_group_norm(x, None, None, 2, 8, 18, 2, 1e-5)
     assert str(error.value) == str(aten_error.value)
-    assert not Run(None, [], list(t.events)).triton_events()
+    assert_routed(t.events, {FWD: "layout: not dense"}, "a gappy input")
 
 
+@pytest.mark.override
 def test_switches_and_listing():
     assert {FWD, BWD, "native_group_norm.out"} <= set(pn.get_dsl_operations("triton"))
     x, w = make(2, 4, 3, 3), make(4)

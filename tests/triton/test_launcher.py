@@ -24,6 +24,7 @@ interpreter_only = pytest.mark.skipif(not backend.interpret_mode(), reason="abou
 cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs the kernels on a CUDA device")
 
 
+@pytest.mark.override
 def test_stubbed_launch_runs_the_routed_path_but_not_the_kernel():
     x = make(8, 64, requires_grad=False)
     with stubbed_launches_and_trace() as (names, trace):
@@ -65,6 +66,7 @@ def test_interpreter_takes_kernel_scalars_as_range_bounds():
 
 
 @interpreter_only
+@pytest.mark.override
 def test_interpreter_launches_from_many_threads():
     """The interpreter keeps per-launch global state: concurrent launches must be serialized."""
     inputs = [make(16, 40 + i, requires_grad=False) for i in range(6)]
@@ -83,11 +85,13 @@ def test_interpreter_launches_from_many_threads():
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with pn.trace() as trace:  # records the calls of every thread
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     assert not errors, errors
+    assert trace.ops("override").count("_softmax") == 3 * len(inputs), trace.summary()
     for i, ref in enumerate(expected):
         torch.testing.assert_close(results[i], ref)
 
@@ -269,6 +273,7 @@ def test_planned_launch_on_another_device_takes_the_generic_path(gpu_like, monke
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors reach the overrides only where they sit at the CPU key "
                     "(Triton's interpreter); on a GPU the real launch path runs instead")
+@pytest.mark.override
 def test_simulated_device_runs_the_routed_gpu_path_on_cpu_tensors():
     from python_native_dsls.triton.kernels.softmax_rows import FWD
 
@@ -331,6 +336,7 @@ def test_launcher_refuses_a_misdeclared_constexpr_order():
 
 
 @cuda_only
+@pytest.mark.override
 def test_gpu_second_call_takes_the_prebound_path():
     from python_native_dsls.triton.kernels.softmax_rows import FWD
 
@@ -403,6 +409,7 @@ def test_an_unknown_tritons_launches_are_not_described(monkeypatch):
     assert "3.5.1" in compiled_kernels.describe(_compiled_kernel({"X": "*fp32"}), (1,), (None,))
 
 
+@pytest.mark.override
 def test_recording_through_the_interpreter_refuses_and_still_launches():
     x = make(8, 64, requires_grad=False)
     with pn.triton.disabled():

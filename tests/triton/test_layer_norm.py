@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DTYPES, Run, compare, lower_register_max, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import DTYPES, Run, assert_routed, compare, lower_register_max, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 
@@ -16,6 +16,7 @@ FWD, BWD = "native_layer_norm", "native_layer_norm_backward"
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(4, 33), (2, 5, 128), (64, 300), (3, 1)])
+@pytest.mark.override
 def test_affine_matches_aten(shape, dtype):
     n = shape[-1]
     x, w, b = make(*shape, dtype=dtype), make(n, dtype=dtype), make(n, dtype=dtype)
@@ -23,16 +24,19 @@ def test_affine_matches_aten(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.override
 def test_without_affine_over_two_dims(dtype):
     x = make(3, 6, 50, dtype=dtype)
     compare(lambda x: F.layer_norm(x, (6, 50)), [x], [FWD, BWD])
 
 
+@pytest.mark.override
 def test_weight_without_bias():
     x, w = make(8, 96), make(96)
     compare(lambda x, w: F.layer_norm(x, (96,), w, None), [x, w], [FWD, BWD])
 
 
+@pytest.mark.override
 def test_strided_rows_and_columns_stay_on_triton():
     rows_of_wider_buffer = make(16, 200, requires_grad=False)[:, :130].requires_grad_()  # row stride 200
     transposed = make(70, 9, requires_grad=False).t().requires_grad_()  # column stride 9
@@ -45,6 +49,7 @@ def test_strided_rows_and_columns_stay_on_triton():
     "case",
     ["float64", "mixed_weight_dtype", "permuted_leading_dims"],
 )
+@pytest.mark.override
 def test_declined_inputs_fall_back(case):
     if case == "float64":
         x, w = make(4, 32, dtype=torch.float64), make(32, dtype=torch.float64)
@@ -69,6 +74,7 @@ def test_declined_inputs_fall_back(case):
 
 
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (True, True, False)])
+@pytest.mark.override
 def test_backward_respects_output_mask(mask):
     x, w, b = make(6, 40, requires_grad=False), make(40, requires_grad=False), make(40, requires_grad=False)
     _, mean, rstd = torch.ops.aten.native_layer_norm(x, [40], w, b, 1e-5)
@@ -85,9 +91,12 @@ def test_backward_respects_output_mask(mask):
             torch.testing.assert_close(g, r)
 
 
+@pytest.mark.override
 def test_statistics_shaped_like_aten():
     x = make(2, 3, 4, 24, requires_grad=False)
-    got = torch.ops.aten.native_layer_norm(x, [4, 24], None, None, 1e-5)
+    with pn.trace() as t:
+        got = torch.ops.aten.native_layer_norm(x, [4, 24], None, None, 1e-5)
+    assert_routed(t.events, {FWD: None}, "two normalized dims")
     with pn.triton.disabled():
         ref = torch.ops.aten.native_layer_norm(x, [4, 24], None, None, 1e-5)
     for g, r in zip(got, ref, strict=True):
@@ -95,6 +104,7 @@ def test_statistics_shaped_like_aten():
         torch.testing.assert_close(g, r)
 
 
+@pytest.mark.override
 def test_switches_turn_the_override_off():
     x, w = make(4, 32), make(32)
     for scope in (pn.triton.disabled(), pn.operations_disabled(FWD, BWD)):
@@ -104,6 +114,7 @@ def test_switches_turn_the_override_off():
 
 
 @pytest.mark.parametrize("n,dtype", [(20000, torch.float32), (20000, torch.float16), (24577, torch.bfloat16)])
+@pytest.mark.override
 def test_rows_wider_than_a_register_tile_stream_the_backward(n, dtype):
     """Past the forward's limit the forward falls back, the backward streams column chunks."""
     x, w, b = make(2, n, dtype=dtype), make(n, dtype=dtype), make(n, dtype=dtype)
@@ -112,6 +123,7 @@ def test_rows_wider_than_a_register_tile_stream_the_backward(n, dtype):
 
 @pytest.mark.parametrize("register_max", [16384, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.override
 def test_many_rows_fold_weight_gradients_from_several_programs(register_max, dtype, monkeypatch):
     """Enough rows for several persistent programs (uneven row blocks), on both backward paths:
     the register path, and the streamed one with the register limit lowered."""
@@ -122,6 +134,7 @@ def test_many_rows_fold_weight_gradients_from_several_programs(register_max, dty
 
 
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (False, False, True)])
+@pytest.mark.override
 def test_streamed_backward_respects_output_mask(mask, monkeypatch):
     paths = lower_register_max(monkeypatch, 32)
     x, w, b = make(37, 90, requires_grad=False), make(90, requires_grad=False), make(90, requires_grad=False)
@@ -138,6 +151,7 @@ def test_streamed_backward_respects_output_mask(mask, monkeypatch):
     assert set(paths) == {"columns"}
 
 
+@pytest.mark.override
 def test_streamed_backward_of_strided_rows(monkeypatch):
     paths = lower_register_max(monkeypatch, 64)
     rows_of_wider_buffer = make(40, 300, requires_grad=False)[:, :130].requires_grad_()

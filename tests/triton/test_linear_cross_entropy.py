@@ -12,7 +12,7 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_testing import DEVICE, assert_matches, requires_triton, seeded  # noqa: F401
+from triton_testing import DEVICE, assert_matches, assert_routed, requires_triton, seeded  # noqa: F401
 
 import python_native as pn
 from python_native.ops import cross_entropy_chunks
@@ -80,18 +80,21 @@ def check(x, w, t, b, **options):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("reduction", "label_smoothing"), [("mean", 0.0), ("mean", 0.1), ("sum", 0.0), ("none", 0.1)])
+@pytest.mark.override
 def test_matches_the_unfused_path(dtype, reduction, label_smoothing):
     """64 tokens × 32 hidden × 100 classes, a fifth of the targets ignored, with a bias."""
     check(*make_inputs(64, 32, 100, dtype), reduction=reduction, label_smoothing=label_smoothing)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.override
 def test_more_tokens_than_classes_takes_token_chunks_in_backward(reduction):
     """N > V: the backward slices tokens and accumulates the weight gradient in fp32."""
     check(*make_inputs(64, 16, 40, torch.bfloat16), reduction=reduction, label_smoothing=0.05)
 
 
 @pytest.mark.parametrize("vocab", [100, 37])
+@pytest.mark.override
 def test_rows_wider_than_a_block_stream_in_steps(monkeypatch, vocab):
     """A vocabulary that is no multiple of the kernel's column block: several steps, a partial last one."""
     monkeypatch.setattr(tuning, "CROSS_ENTROPY_BLOCK", 32)
@@ -99,20 +102,24 @@ def test_rows_wider_than_a_block_stream_in_steps(monkeypatch, vocab):
     check(*make_inputs(48, 8, vocab, torch.float16, bias=False, ignore_every=3), reduction="mean")
 
 
+@pytest.mark.override
 def test_ignore_index_that_is_a_class_and_no_bias():
     x, w, t, _ = make_inputs(32, 16, 50, torch.float32, ignore_every=0)
     t[::4] = 7  # class 7 is ignored: its tokens count for nothing
     check(x, w, t, None, ignore_index=7, label_smoothing=0.1)
 
 
+@pytest.mark.override
 def test_every_target_ignored_gives_nan_mean_and_zero_gradients():
     x, w, t, b = make_inputs(16, 8, 20, torch.float32, ignore_every=1)
-    loss, grads, _ = run(fused, x, w, t, b, 0)
+    loss, grads, events = run(fused, x, w, t, b, 0)
+    assert_routed(events, dict.fromkeys(OPS), "every target ignored")
     ref, _, _ = run(unfused, x, w, t, b, 0, scope=pn.triton.disabled())
     assert loss.isnan() and ref.isnan()
     assert all(bool((g == 0).all()) for g in grads)
 
 
+@pytest.mark.override
 def test_falls_back_to_the_chunked_reference_when_disabled():
     x, w, t, b = make_inputs(64, 32, 100, torch.float32)
     with pn.operations_disabled("linear_cross_entropy"):
@@ -131,6 +138,7 @@ def check_reference(x, w, t, b, **options):
     return events
 
 
+@pytest.mark.override
 def test_the_python_function_calls_the_op():
     x, w, t, b = make_inputs(8, 8, 12, torch.float32)
     with pn.trace() as trace:
@@ -140,6 +148,7 @@ def test_the_python_function_calls_the_op():
 
 
 @pytest.mark.parametrize("mode", ["bypass", "keep"])
+@pytest.mark.override
 def test_torch_compile_runs_the_override_in_both_modes(mode):
     """The declared op is opaque in compiled graphs in either mode; at run time the router decides."""
     x, w, t, b = make_inputs(32, 16, 50, torch.float32)

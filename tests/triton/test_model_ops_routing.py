@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import compare, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import assert_routed, compare, make, requires_triton, run, seeded  # noqa: F401
 
 import python_native as pn
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.override]
 
 ops = torch.ops.python_native
 
@@ -59,7 +59,8 @@ def test_the_chunked_halves_are_never_copied():
     launched = []
     with launch_sim.stubbed_launches(lambda launcher, grid, args, warps, constexprs: launched.append(args)):
         ops.swiglu(gate, up)
-    [args] = launched
+    assert len(launched) == 1, f"{len(launched)} launches: the override did not run swiglu once"
+    args = launched[0]
     assert (args[0].data_ptr(), args[1].data_ptr()) == (gate.data_ptr(), up.data_ptr())
 
 
@@ -76,5 +77,5 @@ def test_declines_are_traced_with_their_reason():
     gate = make(4, 8, dtype=torch.float64)
     with pn.trace() as t:
         ops.swiglu(gate, gate)
-    [event] = [e for e in t.events if e.op == "swiglu"]
-    assert event.outcome == "fallback" and "float64" in t.table()
+    assert_routed(t.events, {"swiglu": "float64"}, "swiglu of float64")
+    assert len([e for e in t.events if e.op == "swiglu"]) == 1 and "float64" in t.table()

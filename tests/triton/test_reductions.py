@@ -9,7 +9,7 @@ from triton_testing import DEVICE, DTYPES, assert_matches, compare, make, requir
 
 import python_native as pn
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.override]
 
 NAN, INF = float("nan"), float("inf")
 INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)

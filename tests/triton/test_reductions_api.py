@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_reductions import CALLS, NAN, both, check
-from triton_testing import DEVICE, KEY, make, requires_triton, seeded  # noqa: F401
+from triton_testing import DEVICE, KEY, assert_routed, make, requires_triton, seeded  # noqa: F401
 
 import python_native as pn
 from python_native_dsls.triton.ops import reductions
@@ -41,28 +41,34 @@ def fell_back(fn, *args) -> None:
 ], ids=["sum-2-dims", "sum-all", "mean-2-dims", "amax-2-dims", "amax-all", "argmax-flat", "argmin-flat",
         "float-to-int", "fp64-to-fp16", "complex", "bool-amax", "bool-max", "int-to-bf16", "uncollapsible",
         "zero-dim-sum", "zero-dim-amax", "to-bool"])
+@pytest.mark.override
 def test_declined_calls_run_aten(fn):
     fell_back(fn, make(6, 4, requires_grad=False))
 
 
-@pytest.mark.parametrize("fn, error", [
-    (lambda x: x[:, :0].amax(1), "Expected reduction dim 1 to have non-zero size"),
-    (lambda x: x[:, :0].argmin(1), "Expected reduction dim 1 to have non-zero size"),
-    (lambda x: torch.max(x[:, :0], 1), "Expected reduction dim 1 to have non-zero size"),
-    (lambda x: (x > 0).argmax(1), "does not support bool"),
-    (lambda x: x.to(torch.int64).mean(1), "could not infer output dtype"),
-    (lambda x: x.to(torch.uint16).amax(1), "not implemented for 'UInt16'"),
-    (lambda x: x.sum(2), "Dimension out of range"),
-    (lambda x: x.argmax(-3), "Dimension out of range"),
+@pytest.mark.parametrize("fn, error, op, why", [
+    (lambda x: x[:, :0].amax(1), "Expected reduction dim 1 to have non-zero size", "amax", "empty input"),
+    (lambda x: x[:, :0].argmin(1), "Expected reduction dim 1 to have non-zero size", "argmin", "empty input"),
+    (lambda x: torch.max(x[:, :0], 1), "Expected reduction dim 1 to have non-zero size", "max.dim", "empty input"),
+    (lambda x: (x > 0).argmax(1), "does not support bool", "argmax", "dtype bool"),
+    (lambda x: x.to(torch.int64).mean(1), "could not infer output dtype", "mean.dim", "mean of int64"),
+    (lambda x: x.to(torch.uint16).amax(1), "not implemented for 'UInt16'", "amax", "dtype uint16"),
+    (lambda x: x.sum(2), "Dimension out of range", "sum.dim_IntList", "dim 2 is out of range"),
+    (lambda x: x.argmax(-3), "Dimension out of range", "argmax", "dim -3 is out of range"),
 ])
-def test_aten_errors_are_aten_own(fn, error):
+@pytest.mark.override
+def test_aten_errors_are_aten_own(fn, error, op, why):
+    """The override declines, saying why, and aten's kernel raises its own error."""
     x = make(3, 5, requires_grad=False)
-    for scope in (pn.triton.disabled(), pn.trace()):
-        with scope, pytest.raises((RuntimeError, IndexError), match=error):
-            fn(x)
+    with pn.triton.disabled(), pytest.raises((RuntimeError, IndexError, NotImplementedError), match=error):
+        fn(x)
+    with pn.trace() as t, pytest.raises((RuntimeError, IndexError, NotImplementedError), match=error):
+        fn(x)
+    assert_routed(t.events, {op: why}, error)
 
 
 @pytest.mark.parametrize("name", CALLS)
+@pytest.mark.override
 def test_empty_inputs_give_aten_results(name):
     fn, _ = CALLS[name]
     fell_back(fn, make(0, 4, requires_grad=False), 1, False)
@@ -70,6 +76,7 @@ def test_empty_inputs_give_aten_results(name):
         fell_back(fn, make(3, 0, requires_grad=False), 1, True)  # zeros, NaN, ones
 
 
+@pytest.mark.override
 def test_out_variants_route_and_write_like_aten():
     x = make(4, 33, requires_grad=False)
     out = torch.empty(0, device=DEVICE)
@@ -89,18 +96,24 @@ def test_out_variants_route_and_write_like_aten():
         torch.amin(x, 1, out=torch.empty(7, device=DEVICE))
 
 
+@pytest.mark.override
 def test_out_of_another_dtype_goes_to_aten():
-    """aten computes a reduction in the out's dtype (or refuses it): such calls are aten's."""
+    """aten computes a reduction in the out's dtype (or refuses it): the out= override serves the call
+    and its epilogue hands such a write to aten."""
     x = make(3, 200, requires_grad=False, scale=1e3)
-    for dtype in (torch.float64, torch.float16, torch.int64):  # the epilogue hands the write to aten
-        got, ref, _ = both(lambda dtype=dtype: torch.sum(x, 1, out=torch.empty(0, dtype=dtype, device=DEVICE)))
+    for dtype in (torch.float64, torch.float16, torch.int64):
+        got, ref, t = both(lambda dtype=dtype: torch.sum(x, 1, out=torch.empty(0, dtype=dtype, device=DEVICE)))
         assert got.dtype == dtype and torch.equal(got, ref)
-    with pytest.raises(RuntimeError, match="Expected the dtype for input and out to match"):
-        torch.amax(x, 1, out=torch.empty(0, dtype=torch.float64, device=DEVICE))
-    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype long int"):
-        torch.argmax(x, 1, out=torch.empty(0, dtype=torch.int32, device=DEVICE))
+        assert_routed(t.events, {"sum.IntList_out": None}, f"sum into a {dtype} out")
+    with pn.trace() as t:
+        with pytest.raises(RuntimeError, match="Expected the dtype for input and out to match"):
+            torch.amax(x, 1, out=torch.empty(0, dtype=torch.float64, device=DEVICE))
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype long int"):
+            torch.argmax(x, 1, out=torch.empty(0, dtype=torch.int32, device=DEVICE))
+    assert_routed(t.events, {"amax.out": None, "argmax.out": None}, "outs aten refuses")
 
 
+@pytest.mark.override
 def test_switches_and_listing():
     listed = pn.get_dsl_operations("triton")
     assert set(OPS) <= set(listed)
@@ -116,6 +129,7 @@ def test_switches_and_listing():
     assert t.ops("override") == ["sum.dim_IntList"]
 
 
+@pytest.mark.override
 def test_long_reduced_axes_split_into_slices(monkeypatch):
     """Few kept positions and a long reduced axis: per-slice partials, then a second launch;
     NaN, ties and indices survive the merge. Limits shrunk so that small shapes take the path."""

@@ -121,6 +121,7 @@ def _serve(op: str, call, calls: list[tuple]) -> list[bool]:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", ALIASABLE)
 @pytest.mark.usefixtures("rms_at_cpu")
+@pytest.mark.override
 def test_a_record_serves_only_calls_whose_inputs_overlap_alike(case, kind, shift):
     op, call, make = CASES[case]
     args = make()

@@ -30,7 +30,7 @@ from python_native.foundations import launches
 from python_native_dsls.triton.kernels import launch_sim
 from python_native_dsls.triton.ops import rms_norm as rms
 
-pytestmark = [requires_triton, pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))]
+pytestmark = [requires_triton, pytest.mark.override, pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))]
 cpu_only = pytest.mark.skipif(DEVICE != "cpu", reason="the stand-in launch replays CPU calls")
 cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="replayed results need the kernels on a GPU")
 

@@ -102,6 +102,7 @@ def test_conds_decline_what_the_kernels_do_not_handle():
 
 @pytest.mark.skipif(not INSTALLED, reason="the backend key lacks a _fused_rms_norm_backward kernel")
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.override
 def test_public_api_uses_the_overrides(dtype):
     x, w = make(6, 96, dtype=dtype), make(96, dtype=dtype)
     compare(lambda x, w: F.rms_norm(x, (96,), w, 1e-6), [x, w], [FWD, BWD])

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import DEVICE, DTYPES, assert_matches, compare, deterministic, make, requires_triton, run, seeded  # noqa: F401
+from triton_testing import (  # noqa: F401
+    DEVICE,
+    DTYPES,
+    assert_matches,
+    assert_routed,
+    compare,
+    deterministic,
+    make,
+    requires_triton,
+    run,
+    seeded,
+)
 
 import python_native as pn
 from python_native_dsls.triton.ops import all_overrides
@@ -69,6 +80,7 @@ host_checked_indices = pytest.mark.skipif(DEVICE == "cuda", reason="aten asserts
 
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64, torch.int32, torch.int64])
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.override
 def test_public_calls_reach_the_override_and_match_aten(op, dtype):
     fn = CALLS[op](index(16, 96))
     fired = check_against_aten(fn, values(16, 24, dtype=dtype), values(96, 24, dtype=dtype))
@@ -77,6 +89,7 @@ def test_public_calls_reach_the_override_and_match_aten(op, dtype):
 
 @pytest.mark.parametrize("case", ["dim 1", "middle dim", "index smaller than src", "transposed self",
                                   "strided src", "negative dim"])
+@pytest.mark.override
 def test_scatter_add_layouts(case):
     s, src = make(5, 7, requires_grad=False), make(6, 12, requires_grad=False)
     dim, idx = 1, index(7, 5, 9)
@@ -96,6 +109,7 @@ def test_scatter_add_layouts(case):
 
 
 @pytest.mark.parametrize("case", ["dim 1, int32 index", "3-D middle dim", "1-D", "sliced source", "channels last"])
+@pytest.mark.override
 def test_index_add_layouts(case):
     if case == "dim 1, int32 index":
         s, idx, src, dim = make(4, 9), index(9, 20, dtype=torch.int32), make(4, 20), 1
@@ -116,6 +130,7 @@ def test_index_add_layouts(case):
         assert check_against_aten(fn, s, src) == ["index_add_"]
 
 
+@pytest.mark.override
 def test_atomics_under_the_interpreter_sum_every_duplicate():
     """A thousand additions into three rows: every one lands, none is lost to a racing lane."""
     idx = torch.arange(1000, device=DEVICE) % 3
@@ -127,6 +142,7 @@ def test_atomics_under_the_interpreter_sum_every_duplicate():
     assert fired == ["scatter_add"] and out[:, 0].tolist() == [83.5, 83.25, 83.25]
 
 
+@pytest.mark.override
 def test_gradients_match_aten():
     idx = index(8, 40)
     compare(lambda s, src: s.scatter_add(0, idx[:, None].expand(40, 6), src), [make(8, 6), make(40, 6)],
@@ -137,6 +153,7 @@ def test_gradients_match_aten():
 
 @pytest.mark.usefixtures("deterministic")
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.override
 def test_deterministic_mode_keeps_floats_on_aten_and_integers_on_the_kernel(op):
     fn = CALLS[op](index(16, 96))
     for dtype, expect in ((torch.float32, []), (torch.bfloat16, []), (torch.int32, [op]), (torch.int64, [op])):
@@ -147,6 +164,7 @@ def test_deterministic_mode_keeps_floats_on_aten_and_integers_on_the_kernel(op):
 @host_checked_indices
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("bad", [16, -1])
+@pytest.mark.override
 def test_out_of_range_index_raises_atens_error(op, bad):
     idx = index(16, 96)
     idx[40] = bad
@@ -166,6 +184,7 @@ def test_out_of_range_index_raises_atens_error(op, bad):
 
 @host_checked_indices
 @pytest.mark.parametrize("case", ["1-D", "int32 index", "dim 1, alpha 1"])
+@pytest.mark.override
 def test_index_add_raises_the_error_of_atens_path(case):
     s, idx, src, dim = make(16, 4, requires_grad=False), index(16, 10), make(10, 4, requires_grad=False), 0
     if case == "1-D":
@@ -175,16 +194,26 @@ def test_index_add_raises_the_error_of_atens_path(case):
     else:
         s, src, dim = s.t().contiguous(), src.t().contiguous(), 1
     idx[3] = 99
-    for fn in (lambda a: a.index_add(dim, idx, src), lambda a: a.index_add_(dim, idx, src)):
-        with pytest.raises((RuntimeError, IndexError)) as ours:
+    for op, fn in (("index_add", lambda a: a.index_add(dim, idx, src)), ("index_add_", lambda a: a.index_add_(dim, idx, src))):
+        with pn.trace() as t, pytest.raises((RuntimeError, IndexError)) as ours:
             fn(s.clone())
+        assert_routed(t.events, {op: None}, f"{op} {case}")  # the override raised it
         with pytest.raises((RuntimeError, IndexError)) as theirs:
             aten(lambda fn=fn: fn(s.clone()))
         assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("case", ["int8", "bool", "int32 scatter index", "mixed dtypes", "float alpha on ints",
-                                  "0-dim", "empty index", "self overlaps src", "expanded self"])
+DECLINED = {  # case: (the op routed, the words of its decline)
+    "int8": ("index_add", "dtype int8"), "bool": ("index_add", "dtype bool"),
+    "int32 scatter index": ("scatter_add", "index dtype int32"), "mixed dtypes": ("index_add", "source dtype float16"),
+    "float alpha on ints": ("index_add", "alpha of type float"), "0-dim": ("index_add", "a 0-d self"),
+    "empty index": ("index_add", "empty input"), "self overlaps src": ("scatter_add_", "self overlaps source"),
+    "expanded self": ("index_add_", "self is not dense"),
+}
+
+
+@pytest.mark.parametrize("case", list(DECLINED))
+@pytest.mark.override
 def test_declined_calls_fall_back_to_aten(case):
     s, idx, src = make(6, 4, requires_grad=False), index(6, 10), make(10, 4, requires_grad=False)
     fn = lambda a, i, b: a.index_add(0, i, b)  # noqa: E731
@@ -212,6 +241,8 @@ def test_declined_calls_fall_back_to_aten(case):
         except RuntimeError as e:
             got = e
     assert not [e for e in t.events if e.dsl == "triton" and e.outcome == "override"]
+    op, why = DECLINED[case]
+    assert_routed(t.events, {op: why}, case)
     try:
         ref = aten(lambda: fn(s.clone(), idx, src))
     except RuntimeError as e:
@@ -222,6 +253,7 @@ def test_declined_calls_fall_back_to_aten(case):
         assert torch.equal(got, ref)
 
 
+@pytest.mark.override
 def test_listed_unmeasured_and_switched_off():
     assert set(OPS) <= set(pn.get_dsl_operations("triton"))
     assert {s.op: s.measured for s in all_overrides() if s.op.rstrip("_") in ("scatter_add", "index_add", "topk")} == {
