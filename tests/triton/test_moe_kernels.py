@@ -17,7 +17,7 @@ import python_native as pn
 from python_native.ops import moe_experts_op, moe_route_op
 from python_native.tools import verify
 
-pytestmark = requires_triton
+pytestmark = [requires_triton, pytest.mark.override]
 
 ROUTERS = {
     "Mixtral": dict(top_k=2, renormalize=True, keep_float=True),
