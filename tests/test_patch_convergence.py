@@ -92,6 +92,7 @@ def _smoothed(curve: list[float]) -> torch.Tensor:
 
 
 @pytest.mark.slow
+@pytest.mark.override
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_patched_llamas_loss_curve_stays_within_the_spread_of_two_seeds(dtype):
     with _one_thread(), _stand_ins():
@@ -110,6 +111,7 @@ def test_a_patched_llamas_loss_curve_stays_within_the_spread_of_two_seeds(dtype)
 
 
 @pytest.mark.slow
+@pytest.mark.override
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_the_kernels_take_the_first_steps_of_that_curve(dtype):
     if not all(installed_at_cpu(op) for op in ROUTED):

@@ -178,6 +178,7 @@ def test_the_report_says_what_was_left_alone_and_why():
     assert "left alone" in str(report) and "rms_norm" in str(report)
 
 
+@pytest.mark.override
 @pytest.mark.parametrize("family", FAMILIES)
 def test_in_eval_mode_the_patched_model_returns_its_logits_and_loss_as_unpatched(family):
     """The fused loss serves training steps only: in eval mode the model's own forward runs (bit for

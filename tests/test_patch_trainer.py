@@ -49,6 +49,7 @@ def _evaluate(m: torch.nn.Module, tmp_path, seen: list) -> dict[str, float]:
     return Trainer(model=m, args=args, eval_dataset=_rows(), compute_metrics=_metrics(seen)).evaluate()
 
 
+@pytest.mark.override
 def test_trainer_evaluate_gives_compute_metrics_the_logits_and_the_unpatched_metrics(tmp_path):
     m = model("llama")  # in training mode, as after training: evaluate switches it
     plain_seen: list = []
