@@ -1,6 +1,8 @@
 """A patched model's copies: ``copy.deepcopy``, ``pickle`` and ``torch.save`` carry the patch over
 the copy's own modules (its weights compute, its parameters get the gradients), ``pn.unpatch``
-undoes each, and a patched forward keeps the signature of the forward it stands for."""
+undoes each, and a patched forward keeps the signature of the forward it stands for. A deep copy of
+a patched part (a decoder layer) computes with its own weights and unpatches alone; ``copy.copy``
+is the same patched model under a second name, unpatched through either."""
 
 from __future__ import annotations
 
@@ -172,3 +174,64 @@ def test_trainer_with_its_defaults_trains_a_patched_model(tmp_path):
     ran = {(e.op, e.module) for e in t.events}
     assert ("linear_cross_entropy.forward", "LlamaForCausalLM") in ran
     assert ("swiglu", "model.layers.0.mlp") in _overridden(t)
+
+
+@pytest.mark.override
+@pytest.mark.parametrize("through", ["the copy", "the original"])
+def test_a_shallow_copy_is_the_same_patched_model_and_unpatches_with_it(through):
+    """``copy.copy`` shares the submodules, parameters and patch (as for any module); its ``train()``
+    and ``eval()`` switch the shared modules, the fused loss included; ``pn.unpatch`` through either
+    handle unpatches both."""
+    m = model("llama")
+    batch = inputs(m)
+    with serving(), aten_overrides_off():
+        plain = m.eval()(**batch)
+        m.train()
+        pn.patch(m)
+        try:
+            shallow = copy.copy(m)
+            assert shallow is not m and shallow.model is m.model and pn.patching.is_patched(shallow)
+            with pn.trace() as t:
+                trained = shallow(**batch)
+            assert trained.logits is None and ("swiglu", "model.layers.0.mlp") in _overridden(t)  # fused
+            torch.testing.assert_close(trained.loss, plain.loss, rtol=1e-5, atol=1e-5)
+            shallow.eval()
+            evaluated = shallow(**batch)
+            torch.testing.assert_close(evaluated.logits, plain.logits, rtol=1e-5, atol=1e-5)
+            assert m(**batch).logits is not None  # the original's modules are the copy's: in eval mode too
+            assert pn.unpatch(shallow if through == "the copy" else m)
+            for each in (m, shallow):
+                assert not pn.patching.is_patched(each) and not _instance_forwards(each) and not pn.unpatch(each)
+                assert torch.equal(each(**batch).logits, plain.logits)
+        finally:
+            pn.unpatch(m)
+
+
+@pytest.mark.override
+def test_a_deep_copy_of_a_patched_layer_computes_with_its_own_weights_and_unpatches_alone():
+    m = model("llama")
+    hidden = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(0))
+    rotary = m.model.rotary_emb(hidden, torch.arange(16)[None].expand(2, -1))
+    with serving(), aten_overrides_off():
+        pn.patch(m)
+        try:
+            layer = m.model.layers[0]
+            twin = copy.deepcopy(layer)
+            with torch.no_grad():
+                for p in twin.parameters():
+                    p.mul_(1.25)
+            with pn.trace() as t:
+                got = twin(hidden, position_embeddings=rotary)
+            assert {("rms_norm", "model.layers.0.input_layernorm"), ("swiglu", "model.layers.0.mlp"),
+                    ("rotary", "model.layers.0.self_attn")} <= _overridden(t), _overridden(t)
+            assert (got - layer(hidden, position_embeddings=rotary)).abs().max() > 1e-2  # not the original's weights
+            with pytest.raises(ValueError, match=r"belong to a patched model; unpatch the model pn.patch was given"):
+                pn.unpatch(layer)  # a live part of the patched model
+            assert pn.unpatch(twin) and not _instance_forwards(twin) and not pn.unpatch(twin)
+            assert "forward" in layer.mlp.__dict__  # the original stays patched
+            with pn.trace() as t:
+                want = twin(hidden, position_embeddings=rotary)
+            assert not [e for e in t.events if e.op in ("rms_norm", "swiglu")]  # its own code ran
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        finally:
+            pn.unpatch(m)

@@ -64,6 +64,8 @@ class _State:
     """A patched model's patch: carried by the model itself (``STATE``), so a deep copy or an
     unpickled model carries one over its own modules, and takes its users' share of the functions."""
 
+    undone = False  # unpatched (through this model or another handle on its modules: a shallow copy)
+
     def __init__(self, report: PatchReport):
         self.report = report
         self.forwards: list[runtime.Installed] = []
@@ -92,7 +94,18 @@ _functions: dict[tuple[str, str], list[Any]] = {}  # (module, name) -> [globals,
 
 def _state(model: nn.Module) -> _State | None:
     state = model.__dict__.get(STATE)
+    if isinstance(state, _State) and state.undone:  # a shallow copy of this model was unpatched
+        _forget(model, state)
+        return None
     return state if isinstance(state, _State) else None
+
+
+def _forget(model: nn.Module, state: _State) -> None:
+    """``model`` no longer holds ``state``, nor, where it is a shallow copy, the root's forward."""
+    del model.__dict__[STATE]
+    own = model.__dict__.get("forward")
+    if isinstance(own, runtime.Installed) and any(own is f for f in state.forwards) and own.target is not model:
+        _restore(model, own)
 
 
 def is_patched(model: nn.Module) -> bool:
@@ -321,18 +334,39 @@ def _say_what_serves(model: nn.Module, report: PatchReport, measure: bool) -> No
             entry.serves += "; each (dtype, size) timed on its first call against the op's reference, the faster serves"
 
 
+def _restore(module: nn.Module, installed: runtime.Installed) -> None:
+    if installed.had_own:
+        module.__dict__["forward"] = installed.previous
+    else:
+        del module.__dict__["forward"]
+
+
 def _undo(state: _State) -> None:
     for installed in reversed(state.forwards):
         module = installed.target
-        if module.__dict__.get("forward") is not installed:
+        current = module.__dict__.get("forward")
+        if current is installed:
+            _restore(module, installed)
+        elif current is not None:  # none: a copied part of the model unpatched on its own already
             log.warning("python_native: unpatch: %s's forward was replaced after patching; left as it is",
                         type(module).__name__)
-            continue
-        if installed.had_own:
-            module.__dict__["forward"] = installed.previous
-        else:
-            del module.__dict__["forward"]
+        installed.retire()
+    state.undone = True
     state.release()
+
+
+def _unpatch_copied(model: nn.Module) -> bool:
+    """Unpatch a copy of a patched model's part (``copy.deepcopy(model.layers[0])``): it holds
+    patched forwards over its own modules, and no patch of its own."""
+    found = [(m, f) for m in model.modules() if isinstance(f := m.__dict__.get("forward"), runtime.Installed)]
+    held = sorted({f.name for _, f in found if not f.copied})
+    if held:
+        raise ValueError(f"pn.unpatch({type(model).__name__}): its modules {held} belong to a patched model; "
+                         "unpatch the model pn.patch was given")
+    for module, installed in found:
+        _restore(module, installed)
+        installed.retire()
+    return bool(found)
 
 
 def _release(functions: list[_Function]) -> None:
@@ -351,11 +385,12 @@ def _release(functions: list[_Function]) -> None:
 
 
 def unpatch(model: nn.Module) -> bool:
-    """Undo ``patch(model)`` exactly; False when ``model`` is not patched."""
+    """Undo ``patch(model)`` exactly (through a shallow copy too: both are unpatched); a deep copy
+    of a patched part is unpatched alone. False when nothing in ``model`` is patched."""
     with _lock:
         state = _state(model)
         if state is None:
-            return False
-        del model.__dict__[STATE]
+            return _unpatch_copied(model)
+        _forget(model, state)
         _undo(state)
     return True

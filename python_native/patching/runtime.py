@@ -132,6 +132,7 @@ class Installed:
         self.ops = ops  # the declared ops that must be served for the replacement to run (none: always)
         self._impl: Callable[..., Any] | None = None
         self._own: Callable[..., Any] | None = None
+        self.copied = False
 
     @property
     def __python_native_patch__(self) -> str:  # MARK
@@ -155,11 +156,18 @@ class Installed:
                 self._impl = made[self.target] if isinstance(made, Mapping) else made
         return self._impl
 
+    def retire(self) -> None:
+        """Unpatched: where this forward is still held (a shallow copy's own ``forward``), it runs
+        the forward it stood for."""
+        self._impl = self._own = self.original()
+        self.ops, self.caller = (), False
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_impl": None, "_own": None}  # a copy builds its own from its modules
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"ops": (), "_own": None, **state})  # a forward pickled before ``ops`` existed
+        # ``copied``: held by a copy (the copy's own patch, or no patch's where a submodule was copied)
+        self.__dict__.update({"ops": (), "_own": None, **state, "copied": True})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         impl = self._impl if self._impl is not None else self.build()
