@@ -23,8 +23,6 @@ bandwidth-bound ops by bytes moved, and what this op is for is the memory it doe
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -32,6 +30,7 @@ import torch.nn.functional as F
 
 import python_native as pn
 from python_native.tools.bench.memory import peak_bytes
+from python_native.tools.bench.timing import median_ms
 
 
 def parse() -> argparse.Namespace:
@@ -83,25 +82,6 @@ def variants(device: str, interpreted: bool) -> dict[str, tuple[Callable, Callab
     return out
 
 
-def timed(fn: Callable[[], object], device: str, repeat: int) -> float:
-    """Median milliseconds of ``fn()`` after one warm-up call."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            begin = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - begin) * 1e3)
-    return statistics.median(samples)
-
-
 def main() -> None:
     args = parse()
     torch.manual_seed(0)
@@ -123,7 +103,7 @@ def main() -> None:
         step()  # warm-up: first launches, allocator
         x.grad = w.grad = None
         peak = peak_bytes(step, device)
-        ms = timed(step, device, args.repeat)
+        ms = median_ms(step, device, args.repeat)
         rows.append((name, peak, ms))
     base_peak, base_ms = rows[0][1], rows[0][2]
     print(f"{'variant':<20} {'peak MiB':>10} {'vs unfused':>11} {'ms':>10} {'vs unfused':>11}")

@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import python_native as pn  # noqa: E402
-from python_native.tools.bench.memory import peak_bytes  # noqa: E402
+from python_native.tools.bench.memory import peak_bytes
+from python_native.tools.bench.timing import median_ms  # noqa: E402
 
 SHAPES = {  # name -> (config type, config arguments)
     "qwen3_moe": ("qwen3_moe", dict(hidden_size=2048, moe_intermediate_size=768, num_experts=128,
@@ -96,24 +95,6 @@ def no_dsls() -> contextlib.ExitStack:
     return stack
 
 
-def timed(fn: Callable[[], object], device: str, repeat: int) -> float:
-    """Median milliseconds of ``fn()`` (after the caller's warm-up)."""
-    samples = []
-    for _ in range(repeat):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            begin = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - begin) * 1e3)
-    return statistics.median(samples)
-
-
 def variants(layer: torch.nn.Module, device: str, interpreted: bool) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
     """name -> the scope one step of that variant runs in."""
     def implementation(name: str):
@@ -155,7 +136,7 @@ def run(shape: str, args: argparse.Namespace) -> None:
             outputs[name] = step().detach().float()
         served = sorted({e.dsl for e in t.events if e.op.startswith("moe_") and e.outcome == "override"})
         peak = peak_bytes(step, args.device)
-        rows.append((name, peak, timed(step, args.device, args.repeat), ",".join(served) or "-"))
+        rows.append((name, peak, median_ms(step, args.device, args.repeat), ",".join(served) or "-"))
     base_peak, base_ms = rows[0][1], rows[0][2]
     print(f"{'variant':<15} {'moe ops by':>10} {'peak MiB':>10} {'vs eager':>9} {'ms':>10} {'vs eager':>9} "
           f"{'max |diff| vs eager':>20}")

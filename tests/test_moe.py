@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("transformers")
 
 # isort: split
-from patch_testing import aten_overrides_off, serving
+from patch_testing import aten_overrides_off, serving, step
 
 import python_native as pn
 from conftest import TEST_DSL, always
@@ -76,15 +76,6 @@ def randomised(module: torch.nn.Module, seed: int) -> torch.nn.Module:
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g).to(p.dtype) * 0.3)
     return module
-
-
-def step(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    m.zero_grad(set_to_none=True)
-    loss = m(**batch).loss
-    loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
-    m.zero_grad(set_to_none=True)
-    return loss.detach(), grads
 
 
 def assert_near(got: torch.Tensor, want: torch.Tensor, msg: str = "") -> None:

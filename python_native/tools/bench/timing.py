@@ -72,3 +72,23 @@ def copy_bandwidth(device: str, timer: Timer, nbytes: int = 1 << 30) -> float:
     dst = torch.empty_like(src)
     ms = timer(lambda: dst.copy_(src), [])
     return 2 * nbytes / (ms * 1e-3)
+
+
+def median_ms(fn: Fn, device: str, repeat: int) -> float:
+    """Median milliseconds of ``repeat`` calls of ``fn()``, each timed on its own (CUDA events on a
+    GPU, the wall clock on a CPU): for whole steps, where one call is long enough to time alone.
+    The caller warms up first."""
+    samples = []
+    for _ in range(repeat):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        else:
+            begin = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - begin) * 1e3)
+    return statistics.median(samples)
