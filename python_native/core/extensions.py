@@ -20,6 +20,9 @@ Extension points, each a list a feature appends to when it is imported:
   calibration gate).
 - *every-call impls* ``(impl) -> bool``: whether a routed impl must see every call, so that no
   front may send a call around it (checked mode's comparing wrapper).
+- *held installers* ``(ops, dispatch_key) -> [installed]``: install overrides of ``ops`` held back
+  at ``dispatch_key`` until asked for (unmeasured ones, asked for where they will be timed on
+  first use); each installs all it holds of them or, raising, none.
 
 Wrappers run before the dispatcher changes, so one that raises fails that registration only.
 Listeners run after the change: one that raises is logged and never undoes it.
@@ -48,6 +51,7 @@ SLOT_REGISTERED: list[Callable[[Any], None]] = []
 SLOT_UNREGISTERING: list[Callable[[Any], None]] = []
 SLOT_REFRESHED: list[Callable[[Any], None]] = []
 EVERY_CALL: list[Callable[[Any], bool]] = []
+HELD_INSTALLERS: list[Callable[[tuple[str, ...], str], list[str]]] = []
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,20 @@ def sees_every_call(impl: Any) -> bool:
         if fn(impl):
             return True
     return False
+
+
+def on_install_held(fn: Callable[[tuple[str, ...], str], list[str]]) -> Callable[[tuple[str, ...], str], list[str]]:
+    """Let ``fn(ops, dispatch_key)`` install the overrides of ``ops`` it holds back at that key."""
+    return _add(HELD_INSTALLERS, fn)
+
+
+def install_held(ops: tuple[str, ...], dispatch_key: str) -> list[str]:
+    """Install every held override of ``ops`` at ``dispatch_key``; what was installed, each named.
+    An installer that raises installed nothing; those before it keep what they installed."""
+    done: list[str] = []
+    for fn in HELD_INSTALLERS:
+        done += fn(tuple(ops), dispatch_key)
+    return done
 
 
 def masks_of(cond: Any) -> tuple[int, Callable[[str], dict[str, tuple[int, int]] | None]] | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration
 from python_native.foundations import codegen, dsl_registry, env, faults, public_names
@@ -69,6 +70,11 @@ def unmeasured_reason(op: str, dsl: str, dispatch_key: str) -> str | None:
     )
 
 
+# (dsl, dispatch key) -> (op -> spec left out as unmeasured there, the backend's ``skipped``): kept so
+# that ``install_held`` can install them once something will time them on first use.
+_held: dict[tuple[str, str], tuple[dict[str, Any], dict[str, str] | None]] = {}
+
+
 def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: dict[str, str] | None = None) -> list:
     """Install a backend's op library (``OverrideSpec``s: ``op``, ``cond``, ``impl``, ``options``,
     ``measured``, the ``public_name`` users type for the op, which the panel's switches then accept, and
@@ -78,12 +84,14 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
     calibration table or the portable policy gates the conds of the rest where it can speak for
     them: see ``calibration.gate_override``); the status report names them. So are ops marked
     unmeasured where nothing has timed them (``unmeasured_reason``), each recorded in ``skipped``
-    with why (the backend's ``skipped_overrides()``). One op that cannot be installed here never
-    costs the others.
+    with why (the backend's ``skipped_overrides()``), and kept for ``install_held``. One op that
+    cannot be installed here never costs the others.
     """
     log = logging.getLogger("python_native")
     handles = []
     specs = list(specs)
+    held: dict[str, Any] = {}
+    _held[(dsl, dispatch_key)] = (held, skipped)
     calibration.declare_kernels(dsl, [(spec.op, spec.impl) for spec in specs])  # their tables' rows stay fresh until these change
     for spec in specs:
         lib = getattr(spec, "lib", "aten")
@@ -94,6 +102,7 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
         if why is not None:
             if skipped is not None:
                 skipped[spec.op] = why
+            held[spec.op] = spec
             log.info("python_native: %s %s left out: %s", dsl, spec.op, why)
             continue
         why = calibration.leave_out(spec.op, dsl, dispatch_key)
@@ -101,13 +110,50 @@ def register_specs(dsl: str, dispatch_key: str, specs: Iterable[Any], skipped: d
             log.info("python_native: %s %s::%s left out: %s", dsl, lib, spec.op, why)
             continue
         try:
-            handles.append(REGISTRY.register(dsl, lib, spec.op, dispatch_key, spec.cond, spec.impl,
-                                             explain=getattr(spec, "explain", None), **spec.options))
+            handles.append(_register(dsl, dispatch_key, spec))
         except Exception:
             log.exception("python_native: %s override of %s::%s not installed", dsl, lib, spec.op)
             continue
         log.debug("python_native: %s override of %s::%s installed at %s", dsl, lib, spec.op, dispatch_key)
     return handles
+
+
+def _register(dsl: str, dispatch_key: str, spec: Any) -> Any:
+    return REGISTRY.register(dsl, getattr(spec, "lib", "aten"), spec.op, dispatch_key, spec.cond, spec.impl,
+                             explain=getattr(spec, "explain", None), **spec.options)
+
+
+def install_held(ops: tuple[str, ...], dispatch_key: str) -> list[str]:
+    """Install the overrides of ``ops`` that ``register_specs`` left out at ``dispatch_key`` as
+    unmeasured, now that they will be timed on first use (``pn.patch`` of a model on a GPU asks;
+    the calibration gate then lets each serve only where it measured faster). All or nothing: one
+    that fails to install takes the others out again and raises, so the registry and dispatcher
+    stay as they were. Each is installed once (then no longer held, nor named as left out).
+    Returns ``"<dsl> <op>"`` for each installed."""
+    wanted = set(ops)
+    with REGISTRY.lock:
+        picked = [(dsl, spec) for (dsl, key), (held, _) in _held.items() if key == dispatch_key
+                  for op, spec in held.items() if op in wanted and calibration.leave_out(op, dsl, key) is None]
+        handles: list[Any] = []
+        try:
+            for dsl, spec in picked:
+                handles.append(_register(dsl, dispatch_key, spec))
+        except BaseException:
+            for handle in reversed(handles):
+                REGISTRY.remove(handle)
+            raise
+        for dsl, spec in picked:
+            held, skipped = _held[(dsl, dispatch_key)]
+            del held[spec.op]
+            if skipped is not None:
+                skipped.pop(spec.op, None)
+    for dsl, spec in picked:
+        logging.getLogger("python_native").info(
+            "python_native: %s override of %s installed at %s, to be timed on first use", dsl, spec.op, dispatch_key)
+    return [f"{dsl} {spec.op}" for dsl, spec in picked]
+
+
+extensions.on_install_held(install_held)
 
 
 def runtime_failed(dsl: str, error: BaseException) -> codegen.OverrideUnavailable:

@@ -323,13 +323,14 @@ def patch(model: nn.Module, rules: Iterable[str] | None = None, *, dry_run: bool
 
 def _say_what_serves(model: nn.Module, report: PatchReport, measure: bool) -> None:
     """Each routed entry's ``serves`` on the model's device; on a GPU (unless the user set
-    ``pn.benchmark = False``) the ops they route to are timed on first use (``measure``)."""
+    ``pn.benchmark = False``) the ops they route to are installed there and timed on first use."""
     device = next((p.device for p in model.parameters()), None)
     key = "CPU" if device is None or device.type == "cpu" else device.type.upper()  # as runtime.device_key
     ops = sorted({op for entry in report.patched for op in entry.declared})
     timed = measure and device is not None and bool(ops) and calibration.measure_on_first_use(ops, device)
+    installed = runtime.install_for_timing(tuple(ops), key) if timed else {}  # held back until timed
     for entry in report.patched:
-        entry.serves = runtime.serving_text(entry.declared, key)
+        entry.serves = runtime.serving_text(entry.declared, key) + installed.get((entry.declared or ("",))[0], "")
         if timed and not entry.serves.startswith(OWN_CODE):
             entry.serves += "; each (dtype, size) timed on its first call against the op's reference, the faster serves"
 
@@ -386,7 +387,8 @@ def _release(functions: list[_Function]) -> None:
 
 def unpatch(model: nn.Module) -> bool:
     """Undo ``patch(model)`` exactly (through a shallow copy too: both are unpatched); a deep copy
-    of a patched part is unpatched alone. False when nothing in ``model`` is patched."""
+    of a patched part is unpatched alone (overrides it installed stay: ``runtime.install_for_timing``).
+    False when nothing in ``model`` is patched."""
     with _lock:
         state = _state(model)
         if state is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 import types
 from collections.abc import Callable, Mapping
@@ -95,6 +96,29 @@ def serving_text(ops: tuple[str, ...], key: str) -> str:
         return f"{OWN_CODE} at {key}: {why_not_served(ops, key)}"
     dsls = [o.dsl for op in ops if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key))) for o in slot.active]
     return f"{', '.join(dict.fromkeys(dsls))} override of {declared.NAMESPACE}::{ops[0]} at {key}"
+
+
+def install_for_timing(ops: tuple[str, ...], key: str) -> dict[str, str]:
+    """Install the overrides of ``ops`` held back at dispatch key ``key`` (unmeasured kernels a
+    backend leaves out at a GPU key: ``extensions.install_held``), now that ``pn.patch`` has them
+    timed there on first use; per op, what the report adds. A failed install installed nothing
+    (the report says why). ``pn.unpatch`` leaves them installed: gated by their first-use
+    verdicts, each serves only where it measured faster, and serves other models' calls too.
+
+    The timing compares the kernel with the op's reference, which computes what the module's own
+    code computes, bit for bit; it runs at the op's gate inside the dispatcher, where the module
+    is out of reach, so the module's own forward is not what it is timed against."""
+    try:
+        done = extensions.install_held(ops, key)
+    except Exception as e:
+        logging.getLogger("python_native").exception("python_native: installing the overrides of %s failed", ops)
+        return dict.fromkeys(ops, f"; its held overrides failed to install at {key}, none was: {type(e).__name__}: {e}")
+    found: dict[str, list[str]] = {}
+    for name in done:
+        dsl, op = name.split(" ", 1)
+        found.setdefault(op, []).append(dsl)
+    return {op: f"; {', '.join(dsls)} override of {declared.NAMESPACE}::{op} installed at {key} by pn.patch, "
+                "to be timed there" for op, dsls in found.items()}
 
 
 def first_tensor(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
