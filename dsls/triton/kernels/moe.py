@@ -26,7 +26,7 @@ from ..target import interpret_mode
 from .activations import act_slope, act_value
 from .launch import Launcher, cast_out
 
-CLAMPED = 3  # the activation code of GPT-OSS's clamped SwiGLU (0-2: act_value's silu, gelu, gelu tanh)
+CLAMPED = tl.constexpr(3)  # the activation code of GPT-OSS's clamped SwiGLU (0-2: act_value's silu, gelu, gelu tanh)
 
 
 @triton.jit
@@ -263,7 +263,7 @@ OUTER = Launcher(_expert_outer_kernel, ("IEEE", "BP", "BQ", "BR"), fresh=("D",),
 # ---------------------------------------------------------------------------------------------
 # Host side
 
-ACT_CODES = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "clamped_swiglu": CLAMPED}
+ACT_CODES = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "clamped_swiglu": CLAMPED.value}
 BLOCK = 32  # rows, columns and depth of a grouped tile
 
 

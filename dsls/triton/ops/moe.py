@@ -111,7 +111,9 @@ def _experts_why(hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tens
         return f"hidden, gate_up and down dtypes differ ({hidden.dtype}, {gate_up.dtype}, {down.dtype})"
     if not hidden.numel() or not indices.numel():
         return "empty input"
-    if indices.numel() * max(hidden.shape[1], gate_up.numel() // gate_up.shape[0]) > MAX_INDEX:
+    # int32 offsets: sorted rows (H or 2I wide) and within one expert's weights (expert offsets are int64)
+    width = max(hidden.shape[1], gate_up.numel() // (gate_up.shape[0] * hidden.shape[1]))
+    if max(indices.numel() * width, gate_up.numel() // gate_up.shape[0]) > MAX_INDEX:
         return f"{indices.numel()} routed rows: offsets past int32 in the sorted rows"
     return None
 
@@ -190,11 +192,13 @@ def _bias_grad(k, a: Tensor, bias: Tensor | None, s) -> Tensor:
 
 
 FAMILY = Family(DSL_NAME, "moe", [
-    Op("moe_route", route_plan_or_why, route_impl, ROUTE_KEY, public_name="moe_route", measured=False, lib=NAMESPACE),
+    Op("moe_route", route_plan_or_why, route_impl, ROUTE_KEY, public_name="moe_route", measured=False, lib=NAMESPACE,
+       bench=("moe_route",)),
     Op("moe_route_backward", route_backward_plan_or_why, route_backward_impl, ("grad_weights", "indices", *ROUTE_KEY),
-       public_name="moe_route", backward=True, measured=False, lib=NAMESPACE),
+       public_name="moe_route", backward=True, measured=False, lib=NAMESPACE, bench=("moe_route",)),
     Op("moe_experts", experts_plan_or_why, experts_impl, EXPERTS_KEY, public_name="moe_experts", measured=False,
-       lib=NAMESPACE),
+       lib=NAMESPACE, bench=("moe_experts",)),
     Op("moe_experts_backward", experts_backward_plan_or_why, experts_backward_impl, ("grad_output", *EXPERTS_KEY),
-       public_name="moe_experts", backward=True, measured=False, lib=NAMESPACE),
+       public_name="moe_experts", backward=True, measured=False, lib=NAMESPACE,
+       bench=("moe_experts",)),
 ], kernels="moe")

@@ -5,7 +5,10 @@ Each row calls the declared op: with the overrides on, the Triton kernels; with 
 replaces, as an unpatched model runs it. Inductor compiles that formula (``FORMULAS``), not the
 op. Shapes are those of LLM training steps: hidden 4096 rows, MLP intermediates of 11008 and
 14336 columns (and the halves of a fused gate/up projection), q/k norms over a head dim of 128,
-rotary embedding of 32 query and 8 key heads, GPT-2's MLP for the tanh-GELU formula.
+rotary embedding of 32 query and 8 key heads, GPT-2's MLP for the tanh-GELU formula. The MoE
+rows route and run a small layer and Qwen3-30B-A3B's (hidden 2048, expert intermediate 768, 128
+experts, top 8, 8192 tokens); they are GEMM-bound, so their figure of merit is time (``moe_flops``
+gives the FLOPs a rate is taken from), and their bytes are the least any kernel must move.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ SHAPES: dict[str, tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = {
     "rotary": ([(1, 4, 2, 1, 16)], [(1, 4096, 32, 8, 128), (4, 4096, 32, 8, 128)]),
     "gelu_tanh_formula": ([(4, 64)], [(8192, 3072), (8192, 16384)]),
     "quick_gelu": ([(4, 64)], [(8192, 3072), (8192, 16384)]),
+    # (tokens, experts, top k) and (tokens, hidden, expert intermediate, experts, top k)
+    "moe_route": ([(8, 16, 4)], [(2048, 64, 8), (8192, 128, 8)]),
+    "moe_experts": ([(8, 32, 16, 4, 2)], [(2048, 1024, 512, 16, 4), (8192, 2048, 768, 128, 8)]),
 }
 OPS = tuple(SHAPES)
 
@@ -49,6 +55,8 @@ def make_inputs(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: str
         cos, sin = (torch.cat([f(angles)] * 2, -1).to(dtype).expand(b, s, d) for f in (torch.cos, torch.sin))
         dy = (torch.randn_like(q), torch.randn_like(k)) if grad else None
         return {"q": q, "k": k, "cos": cos, "sin": sin, "leaves": [q, k] if grad else [], "dy": dy}
+    if op.startswith("moe_"):
+        return _moe_inputs(op, shape, randn, grad)
     m, n = shape
     if op.startswith("rms_norm"):
         x, w = _leaf(randn(m, n), grad), _leaf(randn(n, scale=0.1 if op == "rms_norm_gemma" else 1.0), grad)
@@ -61,6 +69,35 @@ def make_inputs(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: str
         return {"gate": gate, "up": up, "leaves": [gate, up] if grad else [], "dy": randn(m, n) if grad else None}
     x = _leaf(randn(m, n, scale=3.0), grad)
     return {"x": x, "leaves": [x] if grad else [], "dy": randn(m, n) if grad else None}
+
+
+def _moe_inputs(op: str, shape: tuple[int, ...], randn: Callable[..., torch.Tensor], grad: bool) -> dict:
+    """Router logits, or a routed layer: tokens routed by softmax top-k of random logits (made here,
+    not timed), experts in ``F.linear``'s layout at an initializer's scale."""
+    if op == "moe_route":
+        tokens, experts, k = shape
+        logits = _leaf(randn(tokens, experts), grad)
+        return {"logits": logits, "k": k, "leaves": [logits] if grad else [], "dy": randn(tokens, k) if grad else None}
+    tokens, hidden, inner, experts, k = shape
+    x = _leaf(randn(tokens, hidden), grad)
+    with torch.no_grad():
+        top = randn(tokens, experts).float().softmax(-1).topk(k)
+    weights = _leaf((top.values / top.values.sum(-1, keepdim=True)).to(x.dtype), grad)
+    gate_up = _leaf(randn(experts, 2 * inner, hidden, scale=hidden ** -0.5), grad)
+    down = _leaf(randn(experts, hidden, inner, scale=inner ** -0.5), grad)
+    leaves = [x, weights, gate_up, down] if grad else []
+    return {"hidden": x, "indices": top.indices, "weights": weights, "gate_up": gate_up, "down": down,
+            "leaves": leaves, "dy": randn(tokens, hidden) if grad else None}
+
+
+def moe_flops(op: str, shape: tuple[int, ...], mode: str) -> int:
+    """The GEMM FLOPs of a ``moe_experts`` row (two multiply-adds per weight per routed token: gate/up
+    and down forward; the backward twice that again, inputs' and weights' gradients); 0 for others."""
+    if op != "moe_experts":
+        return 0
+    tokens, hidden, inner, _, k = shape
+    forward = 2 * tokens * k * 3 * inner * hidden
+    return forward * (3 if mode == "fwd+bwd" else 1)
 
 
 def _gate_up(t: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,6 +117,8 @@ FUNCTIONS: dict[str, Callable[[dict], object]] = {
     "rotary": lambda t: _ops().rotary(t["q"], t["k"], t["cos"], t["sin"], 1),
     "gelu_tanh_formula": lambda t: _ops().gelu_tanh(t["x"]),
     "quick_gelu": lambda t: _ops().quick_gelu(t["x"]),
+    "moe_route": lambda t: _ops().moe_route(t["logits"], t["k"], "softmax", False, True)[0],  # the weights
+    "moe_experts": lambda t: _ops().moe_experts(t["hidden"], t["indices"], t["weights"], t["gate_up"], t["down"]),
 }
 
 
@@ -118,6 +157,15 @@ def bytes_moved(op: str, shape: tuple[int, ...], mode: str, itemsize: int) -> in
     """What the op must move: every input read once, every output written once (forward; the
     backward reads the forward's inputs and the output gradients and writes the input gradients)."""
     backward = mode == "fwd+bwd"
+    if op == "moe_route":  # logits, weights, int64 indices; backward dweights, logits, indices, dlogits
+        tokens, experts, k = shape
+        forward = tokens * (experts * itemsize + k * (itemsize + 8))
+        return forward + (tokens * (2 * experts * itemsize + k * (itemsize + 8)) if backward else 0)
+    if op == "moe_experts":  # the weights once, hidden and routing in, the output out (backward: twice, and dy)
+        tokens, hidden, inner, experts, k = shape
+        weights = 3 * experts * inner * hidden * itemsize
+        acts = tokens * (2 * hidden * itemsize + k * (itemsize + 8))
+        return 3 * weights + 2 * acts + tokens * hidden * itemsize if backward else weights + acts
     if op == "rotary":
         b, s, h, kv, d = shape
         heads = b * s * (h + kv) * d

@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this op (repeatable, or a comma list): a row, rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
                         "gelu_tanh, bmm_outer, group_norm, group_norm_cl, dropout, sum, sum_dim0, mean, prod, amax, "
                         "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add, rms_norm_llama, rms_norm_gemma, "
-                        "swiglu, swiglu_chunked, geglu, rotary, gelu_tanh_formula, quick_gelu; or any op name the panel "
-                        "takes (_softmax, bmm, ...), selecting the rows that reach it")
+                        "swiglu, swiglu_chunked, geglu, rotary, gelu_tanh_formula, quick_gelu, moe_route, moe_experts; or any op name "
+                        "the panel takes (_softmax, bmm, ...), selecting the rows that reach it")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")
