@@ -15,23 +15,28 @@ from a fixed random gradient, on the same weights and inputs:
 - *eager*: transformers' Python loop over the experts hit (``experts_implementation="eager"``), every DSL off;
 - *grouped_mm*: transformers' ``grouped_mm`` path (the default), every DSL off;
 - *python-native*: the block after ``pn.patch``: ``moe_route`` and ``moe_experts`` served by the Triton
-  kernels (on a GPU; on a CPU only with ``--interpreted``, where the interpreter's time means nothing).
+  kernels (on a GPU; on a CPU only with ``--interpreted``, where the interpreter's time means nothing);
+- *liger*: where Liger-Kernel is installed, the experts' forward replaced by Liger-Kernel's
+  ``LigerExperts.forward`` (its fused MoE function on the module's own stacked weights, as its
+  ``apply_liger_kernel_to_*`` does), every DSL off, the router transformers' (same GPU/CPU rule).
 
 The package's MoE overrides are not yet measured against the references on any GPU, so this
 script sets ``PYTHON_NATIVE_UNMEASURED=1`` (unless set) to install them at the CUDA key. Peak memory
 is the most the step holds at once beyond what existed before it
 (``python_native.tools.bench.memory``); time is the median of ``--repeat`` steps after a warm-up.
 Ratios are against *eager*, measured in the same run; *moe ops by* names the DSL that served the
-package's MoE ops in the variant's first step (from its trace). Liger-Kernel has no fused MoE layer that
-takes transformers' stacked expert weights, so it has no row here.
+package's MoE ops in the variant's first step (from its trace). MoE layers are GEMM-bound: *TFLOP/s* is
+the experts' GEMM FLOPs of a forward and backward (``model_rows.moe_flops``) over the step's time.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import python_native as pn  # noqa: E402
-from python_native.tools.bench.memory import peak_bytes
+from python_native.tools.bench.memory import peak_bytes  # noqa: E402
+from python_native.tools.bench.model_rows import moe_flops  # noqa: E402
 from python_native.tools.bench.timing import median_ms  # noqa: E402
 
 SHAPES = {  # name -> (config type, config arguments)
@@ -112,7 +118,24 @@ def variants(layer: torch.nn.Module, device: str, interpreted: bool) -> dict[str
             with pn.patched(layer, ["moe_router", "moe_experts"]):
                 yield
         found["python-native"] = patched
+        if importlib.util.find_spec("liger_kernel") is not None:
+            found["liger"] = liger(layer)
     return found
+
+
+def liger(layer: torch.nn.Module) -> Callable[[], contextlib.AbstractContextManager]:
+    """The scope of the Liger-Kernel variant: the experts run Liger's forward, as its patching binds it."""
+    from liger_kernel.transformers.swiglu import LigerExperts
+
+    @contextlib.contextmanager
+    def scope():
+        layer.experts.forward = types.MethodType(LigerExperts.forward, layer.experts)
+        try:
+            with no_dsls():
+                yield
+        finally:
+            del layer.experts.forward
+    return scope
 
 
 def run(shape: str, args: argparse.Namespace) -> None:
@@ -120,8 +143,14 @@ def run(shape: str, args: argparse.Namespace) -> None:
     hidden = layer.gate.weight.shape[1]
     x = torch.randn(1, args.tokens, hidden, device=args.device).to(args.dtype).requires_grad_(True)
     grad = torch.randn(1, args.tokens, hidden, device=args.device).to(args.dtype)
-    print(f"{shape}: {args.tokens} tokens, hidden {hidden}, {layer.experts.gate_up_proj.shape[0]} experts, "
+    experts, inner = layer.experts.gate_up_proj.shape[0], layer.experts.gate_up_proj.shape[1] // 2
+    flops = moe_flops("moe_experts", (args.tokens, hidden, inner, experts, layer.gate.top_k), "fwd+bwd")
+    print(f"{shape}: {args.tokens} tokens, hidden {hidden}, {experts} experts, "
           f"{layer.gate.top_k} per token, {str(args.dtype).removeprefix('torch.')}, on {args.device}")
+    if importlib.util.find_spec("liger_kernel") is None:
+        print("no liger row: Liger-Kernel is not installed")
+    elif args.device != "cuda" and not args.interpreted:
+        print("no liger row: its Triton kernels need a GPU (or --interpreted on a CPU)")
     rows, outputs = [], {}
     for name, scope in variants(layer, args.device, args.interpreted).items():
         def step(scope=scope):
@@ -139,11 +168,11 @@ def run(shape: str, args: argparse.Namespace) -> None:
         rows.append((name, peak, median_ms(step, args.device, args.repeat), ",".join(served) or "-"))
     base_peak, base_ms = rows[0][1], rows[0][2]
     print(f"{'variant':<15} {'moe ops by':>10} {'peak MiB':>10} {'vs eager':>9} {'ms':>10} {'vs eager':>9} "
-          f"{'max |diff| vs eager':>20}")
+          f"{'TFLOP/s':>8} {'max |diff| vs eager':>20}")
     for name, peak, ms, served in rows:
         diff = float((outputs[name] - outputs["eager"]).abs().max())
         print(f"{name:<15} {served:>10} {peak / 2**20:>10.1f} {peak / max(base_peak, 1):>8.2f}x {ms:>10.2f} "
-              f"{ms / base_ms:>8.2f}x {diff:>20.3g}")
+              f"{ms / base_ms:>8.2f}x {flops / (ms * 1e-3) / 1e12:>8.2f} {diff:>20.3g}")
 
 
 def main() -> None:
