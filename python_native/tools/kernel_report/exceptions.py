@@ -88,6 +88,11 @@ def int32_bounds() -> tuple[Excuse, ...]:
         *_bounded(("_topk_kernel",), "plans.select declines more than MAX_CHUNKS (65535) chunks and k past "
                   "K_MAX (1024): a row's keys, n_chunks * k, stay below 2**26, far from MAX_COLS (2**31 - 2**20)",
                   site="tl.store(KEYS_OUT"),
+        *_bounded(("_gate_up_kernel", "_grouped_kernel", "_expert_outer_kernel"),
+                  "ops.moe declines routed rows x their width (hidden or 2 x intermediate) and one expert's "
+                  "weights past MAX_INDEX (2**31 - 2**20; tests/test_bench_moe.py): sorted rows, their columns, "
+                  "a tile's depth and offsets within one expert's weights stay below 2**31; experts and sorted "
+                  "rows are widened to int64 before their products with strides"),
         *_bounded(("_outer_kernel",), "ops.bmm declines a flat grid of more than MAX_INDEX (2**31 - 2**20) "
                   "programs, batch x m past MAX_INDEX and n past it: program ids, a batch's tiles and the tile "
                   "rows and columns stay below 2**31"),
@@ -178,5 +183,27 @@ EXCEPTIONS: tuple[Excuse, ...] = (
                "pairs it exchanges: 112-122 registers at 4-8 warps. More warps per chunk would spread the keys "
                "thinner; that trade is to be timed on a GPU, topk being unmeasured there so far",
         cost="16-20 resident warps per SM (112-122 registers per thread)",
+    ),
+    Excuse(
+        "traffic", "moe_experts",
+        reason="grouped GEMMs on 32x32 tiles: each sorted row is read once per 32 output columns and each "
+               "expert's weights once per 32 of its rows (tile reuse an H100's L2 serves); the op is GEMM-bound, "
+               "its figure of merit the bench rows' time, not bytes against the minimum",
+        cost="26-27x the minimum in loads counted at the bench shapes",
+    ),
+    Excuse(
+        "traffic", "moe_experts_backward",
+        reason="as the forward, and the weight gradients' per-expert GEMMs read both operands once per 32 "
+               "columns of the other; the count of those (``_expert_outer_kernel``) is also scaled from the "
+               "first and last expert's programs while the stand-in indices route every token to the first, "
+               "so it stands at E/2 times what uniform routing reads",
+        cost="203x the minimum at 2048x1024x512x16x4, 1537x at 8192x2048x768x128x8, in loads counted",
+    ),
+    Excuse(
+        "warps", "_gate_up_kernel", label="moe_experts",
+        reason="two fp32 accumulators (gate and up, 32x32 each) and their operand tiles: 210 registers a thread "
+               "at 4 warps; a GEMM hides load latency in its MMA pipeline more than with resident warps, and its "
+               "tiles and stages are to be tuned against time on a GPU (bench's moe_experts rows)",
+        cost="8 resident warps per SM (210 registers per thread)",
     ),
 ) + int32_bounds()
