@@ -74,3 +74,10 @@ def test_the_experts_cond_takes_the_qwen3_moe_layer_and_bounds_one_experts_weigh
     assert call(*QWEN3_MOE) == ("silu", False, False, 7.0, 1.702)
     assert "offsets past int32" in call(4, 65536, 16384, 2, 1)  # 2**31 weights in one expert
     assert "offsets past int32" in call(2**19, 4096, 64, 2, 2**10)  # 2**29 sorted rows of 4096
+
+
+def test_calibrating_the_moe_rows_says_no_calibration_call_is_built_for_them(tmp_path, capsys):
+    argv = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "moe_experts"]
+    assert main([*argv, "--output", str(tmp_path / "table.json")]) == 2
+    assert "no calibration call is built for moe_experts, moe_experts_backward" in capsys.readouterr().err
+    assert not (tmp_path / "table.json").exists()

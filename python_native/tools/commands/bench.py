@@ -169,7 +169,12 @@ def _calibrate(args: argparse.Namespace, device: str, dtypes: list, ops: list[st
         raise UsageError("--calibrate measures a GPU and none is in use here (pass --allow-interpreter to exercise "
                          "it through Triton's interpreter; its table says nothing about speed)")
     if ops:  # --op names benchmark rows; calibrate the ops behind them (the families name them)
-        ops = bench.symbols_of(ops)
+        rows, ops = ops, bench.symbols_of(ops)
+        from python_native.tools.bench.calibrating import _calibration_args
+
+        if not set(ops) & set(_calibration_args()):
+            raise UsageError(f"--op {','.join(rows)}: no calibration call is built for {', '.join(ops)}; "
+                             "`bench` without --calibrate times their rows")
 
     target = Path(args.output).expanduser().parent if args.output else calibration.sources.user_dir()
     problem = calibration.store.unwritable(target)
