@@ -104,6 +104,8 @@ def _experts_why(hidden: Tensor, indices: Tensor, weights: Tensor, gate_up: Tens
         found = found or why.dtype(t, f"{what} dtype")
     if found:
         return found
+    if hidden.is_cuda and torch.cuda.is_current_stream_capturing():
+        return "a CUDA graph is capturing: grouping the tokens by expert reads the per-expert counts on the host"
     for what, b in (("gate_up_bias", gate_up_bias), ("down_bias", down_bias)):
         if b is not None and b.stride(-1) != 1:
             return f"{what} at column stride {b.stride(-1)} (the kernels read bias rows dense)"
