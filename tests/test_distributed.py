@@ -187,6 +187,21 @@ for name, m in (("before", before), ("after", after)):
         "served": sorted({(e.op, (e.module or "").removeprefix("FSDP")) for e in t.events if e.outcome == "override"}),
         "unpatched": pn.unpatch(m),
     }
+# DDP over a patched model: the gradients of the overridden backwards are all-reduced as any others.
+ddp_model = llama()
+pn.patch(ddp_model)
+ddp = torch.nn.parallel.DistributedDataParallel(ddp_model)
+with pn.trace() as t:
+    loss = ddp(**batch).loss
+    loss.backward()
+out["ddp"] = {
+    "loss": [loss.item(), ref_loss.item()],
+    "grads_apart": [n for n, p in ddp_model.named_parameters()
+                    if not torch.allclose(p.grad, ref_grads[n], rtol=1e-4, atol=1e-6)],
+    "grads": len(ref_grads),
+    "served": sorted({(e.op, e.module or "") for e in t.events if e.outcome == "override"}),
+    "unpatched": pn.unpatch(ddp_model),
+}
 dist.destroy_process_group()
 print(json.dumps(out))
 """
@@ -383,8 +398,10 @@ def test_patching_after_fully_shard_reports_what_patching_before_does(patched_ra
         assert [(rule, status) for rule, _, status, _, _ in reports["after"]] == [(r, "patched") for r in PATCH_RULES]
 
 
-@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("when", ["before", "after", "ddp"])
 def test_a_sharded_patched_llama_trains_as_the_unsharded_unpatched_one(patched_ranks, when):
+    """Patched, then sharded by FSDP2 (``before``), sharded then patched (``after``), or patched
+    and wrapped in DDP (``ddp``): each rank's loss and the reduced gradients are the unpatched model's."""
     for report in patched_ranks:
         seen = report[when]
         loss, want = seen["loss"]

@@ -166,6 +166,12 @@ class Installed:
     def __signature__(self) -> inspect.Signature:
         return inspect.signature(self.original())
 
+    @property
+    def __code__(self) -> types.CodeType:
+        """The code of the forward it stands for: what tools that read a forward's code see
+        (``torch.export`` names its shape environment after it)."""
+        return getattr(self.original(), "__code__", type(self).__call__.__code__)
+
     def original(self) -> Callable[..., Any]:
         """The forward this one stands in for (the class's, bound, or the instance's before)."""
         return self.previous if self.had_own else types.MethodType(type(self.target).forward, self.target)
