@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,26 @@ def sub_of(x: torch.Tensor) -> torch.Tensor:
 def overridden(x: torch.Tensor) -> torch.Tensor:
     """What conftest's ``marked_sub`` answers for ``x - x``."""
     return torch.full_like(x, 1000.0)
+
+
+@contextlib.contextmanager
+def patching_on_a_fake_gpu(calib, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    """The CPU key's overrides serve a fake GPU (CPU tensors report its device key), timed by a fake
+    clock, with what ``pn.patch`` asks to measure forgotten before and after, and ``pn.benchmark``
+    as a fresh process has it. Yields the clock."""
+    from python_native.features.calibration import first_use
+
+    monkeypatch.setattr(first_use, "_requested", set())
+    monkeypatch.setattr(first_use, "_refused", False)
+    calib.gpus([FAKE_GPU])
+    calib.device(FAKE_DEVICE)
+    clock = FakeClock()
+    measure.set_timer(clock)
+    try:
+        yield clock
+    finally:
+        measure.set_timer(None)
+        monkeypatch.undo()
+        calibration.reset()
+        calibration.set_benchmark(False)
+        first_use.set_refused(False)

@@ -204,24 +204,10 @@ def test_compiled_with_nothing_served_it_is_the_compiled_unpatched_model_until_a
 def fake_gpu(calib, monkeypatch):
     """The CPU key's overrides serve a fake GPU (CPU tensors report its device key), timed by a fake
     clock; ``pn.benchmark`` as a fresh process has it (not set); what ``pn.patch`` asks for is dropped after."""
-    from calibration_testing import FAKE_DEVICE, FAKE_GPU
-    from first_use_testing import FakeClock
+    from first_use_testing import patching_on_a_fake_gpu
 
-    from python_native.features import calibration
-    from python_native.features.calibration import first_use, measure
-
-    monkeypatch.setattr(first_use, "_requested", set())
-    monkeypatch.setattr(first_use, "_refused", False)
-    calib.gpus([FAKE_GPU])
-    calib.device(FAKE_DEVICE)
-    clock = FakeClock()
-    measure.set_timer(clock)
-    yield clock
-    measure.set_timer(None)
-    monkeypatch.undo()
-    calibration.reset()
-    calibration.set_benchmark(False)
-    first_use.set_refused(False)
+    with patching_on_a_fake_gpu(calib, monkeypatch) as clock:
+        yield clock
 
 
 @pytest.mark.parametrize(("timings", "outcome"), [((1.0, 2.0), "override"), ((2.0, 1.0), "fallback")])

@@ -57,35 +57,21 @@ def gpu(calib, monkeypatch):
     """A fake GPU behind the CPU key, timed by a fake clock, where the test DSL's ``rms_norm``
     kernels are held back as unmeasured (and listed as left out by its ``skipped_overrides``);
     Triton held off, so only they can serve. Yields the clock."""
-    from calibration_testing import FAKE_DEVICE, FAKE_GPU
-    from first_use_testing import FakeClock
+    from first_use_testing import patching_on_a_fake_gpu
 
-    from python_native.features import calibration
-    from python_native.features.calibration import first_use, measure
-
-    monkeypatch.setattr(first_use, "_requested", set())
-    monkeypatch.setattr(first_use, "_refused", False)
-    calib.gpus([FAKE_GPU])
-    calib.device(FAKE_DEVICE)
-    clock = FakeClock()
-    measure.set_timer(clock)
-    real = dsl_support.unmeasured_reason
-    monkeypatch.setattr(dsl_support, "unmeasured_reason",
-                        lambda op, dsl, key: "not timed on this GPU" if dsl == TEST_DSL else real(op, dsl, key))
-    skipped: dict[str, str] = {}
-    monkeypatch.setattr(dsl_registry.get(TEST_DSL), "skipped_overrides", lambda: dict(skipped), raising=False)
-    assert dsl_support.register_specs(TEST_DSL, "CPU", _specs(), skipped) == []
-    clock.skipped = skipped
-    try:
-        with pn.triton.disabled():
-            yield clock
-    finally:
-        _take_out("CPU")
-        measure.set_timer(None)
-        monkeypatch.undo()
-        calibration.reset()
-        calibration.set_benchmark(False)
-        first_use.set_refused(False)
+    with patching_on_a_fake_gpu(calib, monkeypatch) as clock:
+        real = dsl_support.unmeasured_reason
+        monkeypatch.setattr(dsl_support, "unmeasured_reason",
+                            lambda op, dsl, key: "not timed on this GPU" if dsl == TEST_DSL else real(op, dsl, key))
+        skipped: dict[str, str] = {}
+        monkeypatch.setattr(dsl_registry.get(TEST_DSL), "skipped_overrides", lambda: dict(skipped), raising=False)
+        assert dsl_support.register_specs(TEST_DSL, "CPU", _specs(), skipped) == []
+        clock.skipped = skipped
+        try:
+            with pn.triton.disabled():
+                yield clock
+        finally:
+            _take_out("CPU")
 
 
 def _norm() -> torch.nn.Module:
