@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one go, from a checkout on a CUDA machine:
 #   OUT=results/ bash benchmarks/gpu_all.sh [steps...]
-# Steps (default: all, in this order): tests host replay calibrate bench lce model; also: probe, portable.
+# Steps (default: all, in this order): tests host replay calibrate bench lce model moe; also: probe, portable.
 #   tests      the whole suite with Triton's interpreter off (kernels run on CUDA)
 #   host       host microseconds per tiny call, ours vs aten (benchmarks/host_overhead.py),
 #              and the Python part alone with the launch stubbed (benchmarks/launch_overhead.py)
@@ -17,9 +17,13 @@
 #              for an LLM head (benchmarks/linear_cross_entropy.py)
 #   model      one training step of a Llama-shaped stack, unpatched, pn.patch-ed and with Liger-Kernel's
 #              patch: step time and peak memory (benchmarks/model_step.py)
+#   moe        one mixture-of-experts layer forward and backward: transformers' experts, the package's
+#              MoE ops and Liger-Kernel's (benchmarks/moe_layer.py)
 # Wheels under .whl/ (Liger-Kernel, ...) are installed into /tmp/site first.
-# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S, LCE_S, MODEL_S.
-# BENCH_ARGS adds options to the bench step (e.g. "--dtypes bfloat16 --no-inductor").
+# Each step has its own time limit (seconds): TESTS_S, HOST_S, CALIBRATE_S, BENCH_S, LCE_S, MODEL_S, MOE_S.
+# BENCH_ARGS adds options to the bench step (e.g. "--dtypes bfloat16 --no-inductor"), CALIBRATE_ARGS to
+# the calibrate step (e.g. "--dtypes bfloat16 --ops rms_norm"), TEST_ARGS replaces pytest's "-q"
+# (e.g. '-v -m "not slow"': one line per test, so a run cut by its limit still names its failures).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu-results}"
@@ -35,7 +39,7 @@ fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1 \
     || echo "note: the editable install failed; tests that start a fresh 'import torch' will fail"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests host replay calibrate bench lce model)
+[ ${#steps[@]} -eq 0 ] && steps=(tests host replay calibrate bench lce model moe)
 table="$OUT/calibration.json"
 
 for step in "${steps[@]}"; do
@@ -43,7 +47,7 @@ for step in "${steps[@]}"; do
     case "$step" in
     tests)
         # Ops no GPU has timed yet are installed for the suite, so that their kernels are tested here.
-        PYTHON_NATIVE_UNMEASURED=1 timeout "${TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-8}" --timeout 120 tests \
+        eval "PYTHON_NATIVE_UNMEASURED=1 timeout ${TESTS_S:-240} python3 -m pytest ${TEST_ARGS:--q} -p no:cacheprovider -n ${TEST_WORKERS:-8} --timeout 120 tests" \
             2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     replay)
         timeout "${HOST_S:-120}" python3 -m python_native precompile --dsl front 2>&1 | tee "$OUT/replay.txt"
@@ -61,7 +65,8 @@ for step in "${steps[@]}"; do
             timeout "${HOST_S:-120}" python3 benchmarks/profile_case.py $row 2>&1 | tee -a "$OUT/probe.txt"
         done ;;
     calibrate)
-        timeout "${CALIBRATE_S:-200}" python3 -m python_native bench --calibrate --output "$table" 2>"$OUT/calibrate.log"
+        timeout "${CALIBRATE_S:-200}" python3 -m python_native bench --calibrate --output "$table" ${CALIBRATE_ARGS:-} \
+            2>"$OUT/calibrate.log"
         tail -3 "$OUT/calibrate.log"; grep -c loses "$OUT/calibrate.log" ;;
     bench)
         [ -f "$table" ] && export PYTHON_NATIVE_CALIBRATION="$table"
@@ -76,6 +81,8 @@ for step in "${steps[@]}"; do
         timeout "${LCE_S:-240}" python3 benchmarks/linear_cross_entropy.py 2>&1 | tee "$OUT/lce.txt" ;;
     model)
         timeout "${MODEL_S:-300}" python3 benchmarks/model_step.py 2>&1 | tee "$OUT/model.txt" ;;
+    moe)
+        timeout "${MOE_S:-240}" python3 benchmarks/moe_layer.py 2>&1 | tee "$OUT/moe.txt" ;;
     *) echo "unknown step $step" ;;
     esac
 done
