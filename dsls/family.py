@@ -13,12 +13,16 @@ override needs follows from it, once, for every family of every backend:
 - the ``OverrideSpec``s the backend registers, with the op's public name, backward flag, variants,
   measured flag and namespace.
 
+A backend finds its families by listing its ``ops`` package (``discover``): a new family is one
+module dropped there, and no list anywhere names it.
+
 Backend-neutral and light: no DSL import here or in what a family builds before its first launch.
 """
 
 from __future__ import annotations
 
 import functools
+import pkgutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -28,7 +32,8 @@ from typing import Any
 from python_native_dsls.conds import FLOAT32, Guards, make_cond, params_of
 from python_native_dsls.spec import OverrideSpec, has_kernel, runtime_import
 
-__all__ = ["FLOAT32", "Built", "Family", "Op", "PlanOrWhy", "forget_kernels", "installable", "kernel_loader"]
+__all__ = ["FLOAT32", "Built", "Family", "Op", "PlanOrWhy", "discover", "forget_kernels", "installable",
+           "kernel_loader", "library"]
 
 PlanOrWhy = Callable[..., Any]  # (the op's arguments) -> a plan, or a str: why the kernels decline the call
 
@@ -141,6 +146,33 @@ def installable(families: Sequence[Family], key: str, skipped: dict[str, str]) -
         else:
             skipped[family.name] = missing
     return specs
+
+
+def discover(package: str, broken: dict[str, str]) -> list[ModuleType]:
+    """The modules of ``package`` (a backend's ``ops``) that declare a ``FAMILY``, by module name, so
+    that a family is found by being there. Modules named ``_*`` (shared helpers) are not listed. A
+    module whose import raises is left out alone, its name and error put in ``broken`` (the backend
+    reports it in the status as a family not installed), so one broken module disables only itself."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(import_module(package).__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        try:
+            module = import_module(f"{package}.{info.name}")
+        except Exception as e:  # a broken op module: every other family stays installable
+            broken[info.name] = f"its module {package}.{info.name} failed to import: {type(e).__name__}: {e}"
+            continue
+        if isinstance(getattr(module, "FAMILY", None), Family):
+            found.append(module)
+    return found
+
+
+def library(package: str, key: str, skipped: dict[str, str]) -> list[OverrideSpec]:
+    """Every override of a backend's ``ops`` package installable at dispatch key ``key``: its families
+    found by ``discover``, each whole or not at all (``installable``). ``skipped`` is refilled with
+    what is left out and why: broken modules and families this build cannot take."""
+    skipped.clear()
+    return installable([m.FAMILY for m in discover(package, skipped)], key, skipped)
 
 
 def _explainer(plan_or_why: PlanOrWhy, check: Callable[..., str | None] | None,

@@ -214,3 +214,24 @@ def test_families_of_one_kernel_module_share_its_loader():
     names = {f.name: f for f in triton_ops.families()}
     assert names["layer_norm"].kernels is names["rms_norm"].kernels
     assert names["softmax"].kernels is not names["layer_norm"].kernels
+
+
+def test_a_family_is_found_by_being_in_the_ops_package_and_a_broken_one_disables_only_itself(tmp_path, monkeypatch):
+    """No list names the families: a module of ``ops`` declaring a ``FAMILY`` is one. A module that fails
+    to import is left out alone, named with its error where the status report reads what was skipped."""
+    (tmp_path / "zz_broken_family.py").write_text("raise ImportError('a missing dependency')\n")
+    (tmp_path / "zz_helper.py").write_text("VALUE = 1  # no FAMILY: a helper, not a family\n")
+    monkeypatch.setattr(triton_ops, "__path__", [*triton_ops.__path__, str(tmp_path)])
+    names = [f.name for f in triton_ops.families()]
+    assert names == sorted(names) and {"softmax", "moe"} <= set(names)
+    saved = dict(triton_ops.SKIPPED)
+    try:
+        specs = {s.op for s in triton_ops.all_overrides()}
+        assert "a missing dependency" in triton_ops.SKIPPED["zz_broken_family"]
+        triton = next(d for d in pn.status()["dsls"] if d["name"] == "triton")
+        assert "zz_broken_family" in triton["skipped"] and "failed to import" in triton["skipped"]["zz_broken_family"]
+        assert "zz_helper" not in triton["skipped"]
+        assert specs >= {s.op for s in _families()["softmax"].specs} or "softmax" in triton_ops.SKIPPED
+    finally:
+        triton_ops.SKIPPED.clear()
+        triton_ops.SKIPPED.update(saved)

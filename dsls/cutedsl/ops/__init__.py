@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from python_native_dsls.family import Family, installable
+from python_native_dsls.family import Family, discover, library
 from python_native_dsls.spec import OverrideSpec
 
 from ..target import dispatch_key
@@ -23,21 +23,20 @@ SKIPPED: dict[str, str] = {}
 
 
 def _modules() -> list[ModuleType]:
-    from . import layer_norm, reductions, rms_norm, softmax
-
-    return [rms_norm, softmax, layer_norm, reductions]
+    return discover(__name__, {})
 
 
 def families() -> list[Family]:
+    """Every family of the library, by module name (a module that fails to import is left out here,
+    and named in ``SKIPPED`` by ``all_overrides``)."""
     return [m.FAMILY for m in _modules()]
 
 
 def all_overrides() -> list[OverrideSpec]:
-    """Every override installable at the CUDA key (``family.installable``: whole families only)."""
-    SKIPPED.clear()
-    return installable(families(), dispatch_key(), SKIPPED)
+    """Every override installable at the CUDA key (``family.library``: whole families only)."""
+    return library(__name__, dispatch_key(), SKIPPED)
 
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """``(op, size class, variant)`` for every declared specialization of every family."""
-    return [entry for module in _modules() for entry in module.precompile_variants()]
+    return [entry for module in _modules() for entry in getattr(module, "precompile_variants", list)()]
