@@ -119,7 +119,9 @@ def _reference_backward(grad_weights: Tensor, logits: Tensor, indices: Tensor, t
             grad = grad / total - (grad * gathered).sum(dim=-1, keepdim=True) / (total * total)
         grad_scores = torch.zeros_like(scores).scatter_(1, indices, grad)
         if scoring == "softmax":
-            grad_logits = torch._softmax_backward_data(grad_scores, scores, 1, logits.dtype)
+            # The scores' own dtype as the input's: the softmax ran in float32 whatever the logits'
+            # dtype (as the families' routers do), and CUDA's kernel takes no other pairing.
+            grad_logits = torch._softmax_backward_data(grad_scores, scores, 1, scores.dtype)
         else:
             grad_logits = torch.ops.aten.sigmoid_backward(grad_scores, scores)
         return grad_logits.to(logits.dtype)
