@@ -2,7 +2,8 @@
 
 Each call goes through the public op (the trace says the Triton override served it) and is held to
 the op's reference run with the DSL off, in the same dtype and in float64 (``verify.mismatch``):
-every router variant the families use, both expert weight layouts and every activation, and the
+every router variant the families use (DeepSeek-V3's group-limited routing among them, its ties
+too), both expert weight layouts and every activation, and the
 edge cases of routing: an expert given no token, top-k equal to the number of experts, every
 token's first choice the same expert.
 """
@@ -25,6 +26,11 @@ ROUTERS = {
     "GPT-OSS": dict(top_k=4, topk_first=True),
     "DeepSeek-V3 without groups": dict(top_k=2, scoring="sigmoid", renormalize=True, renormalize_eps=1e-20,
                                        scaling=2.5),
+    "DeepSeek-V3": dict(top_k=3, scoring="sigmoid", renormalize=True, renormalize_eps=1e-20, n_group=4, topk_group=2,
+                        scaling=2.5),
+    "DeepSeek-V3, topk_group = n_group": dict(top_k=2, scoring="sigmoid", renormalize=True, renormalize_eps=1e-20,
+                                              n_group=2, topk_group=2, scaling=2.5),
+    "one group kept, no bias": dict(top_k=2, scoring="sigmoid", n_group=4, topk_group=1),
 }
 
 
@@ -69,25 +75,74 @@ def _compare(fn, inputs, what: str):
 @pytest.mark.parametrize("family", list(ROUTERS))
 def test_route_matches_the_reference_forward_and_backward(family, dtype):
     options = dict(ROUTERS[family])
-    bias = _rand(8, scale=0.1, seed=3) if options.get("scoring") == "sigmoid" else None
+    bias = _rand(8, scale=0.1, seed=3) if options.get("scoring") == "sigmoid" and "no bias" not in family else None
 
-    def route(logits):
-        return moe_route_op.moe_route(logits, bias=bias, **options)
+    def route(logits):  # slots in expert order: the references' unsorted top-k may order them otherwise
+        weights, indices = moe_route_op.moe_route(logits, bias=bias, **options)
+        order = indices.argsort(1)
+        return weights.gather(1, order), indices.gather(1, order)
 
     got, ref, events = _compare(route, [_rand(9, 8, dtype=dtype, seed=2)], family)
     assert_routed(events, {"moe_route": None, "moe_route_backward": None}, family)
-    assert torch.equal(got[1].sort(1).values, ref[1].sort(1).values)  # the same experts chosen
+    assert torch.equal(got[1], ref[1])  # the same experts chosen
     assert got[0].dtype == ref[0].dtype
 
 
-def test_group_limited_routing_is_left_to_the_reference_saying_why():
+GROUPED = dict(scoring="sigmoid", renormalize=True, renormalize_eps=1e-20, scaling=2.5)
+
+
+def _route_and_grad(logits, bias, top_k, **options):
+    """(weights, indices, the logits' gradient) of one routing, slots in expert order, and the trace's events."""
+    leaf = logits.detach().clone().requires_grad_()
+    with pn.trace() as t:
+        w, i = moe_route_op.moe_route(leaf, top_k, bias=bias, **options)
+        order = i.argsort(1)
+        w, i = w.gather(1, order), i.gather(1, order)
+        (grad,) = torch.autograd.grad(w, leaf, _rand(*w.shape, seed=7))
+    return w, i, grad, t.events
+
+
+def test_group_limited_routing_at_deepseek_v3s_shape():
+    """256 experts in 8 groups, the 4 best groups kept, 8 experts chosen: the kernel serves it both ways."""
+    logits, bias = _rand(6, 256, seed=11), _rand(256, scale=0.05, seed=12)
+    options = dict(GROUPED, n_group=8, topk_group=4)
+    w, i, grad, events = _route_and_grad(logits, bias, 8, **options)
+    assert_routed(events, {"moe_route": None, "moe_route_backward": None}, "DeepSeek-V3's shape")
+    with pn.triton.disabled():
+        ref_w, ref_i, ref_grad, _ = _route_and_grad(logits, bias, 8, **options)
+    assert torch.equal(i, ref_i)
+    torch.testing.assert_close(w, ref_w, rtol=1e-6, atol=0)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)
+    groups = (i // 32).tolist()
+    assert all(len(set(row)) <= 4 for row in groups)  # within the kept groups only
+
+
+def test_ties_go_to_the_lower_group_and_expert_with_the_references_weights_and_gradient():
+    """Tied groups and tied experts: the kernel keeps the lower ones (any tied choice is the module's),
+    and its weights and gradient are the reference's at the experts it chose."""
+    a, b = 0.75, -0.5
+    logits = torch.tensor([[0.3] * 8,  # every group and expert tied
+                           [a, b] * 4,  # groups tied (a + b each), experts a ahead within each
+                           [b, a, b, a, a, b, 2.0, -1.0]], device=DEVICE)  # groups 0-2 tied, group 3 ahead
+    options = dict(GROUPED, n_group=4, topk_group=2)
+    w, i, grad, events = _route_and_grad(logits, None, 2, **options)
+    assert_routed(events, {"moe_route": None, "moe_route_backward": None}, "ties")
+    assert i.tolist() == [[0, 1], [0, 2], [1, 6]]
+    with pn.triton.disabled():
+        ref_w, ref_i, _, _ = _route_and_grad(logits, None, 2, **options)
+        ref_grad = moe_route_op.BACKWARD(_rand(*w.shape, seed=7), logits, i, 2, "sigmoid", False, True, 1e-20, None,
+                                         4, 2, 2.5, False)
+    torch.testing.assert_close(w.sort(1).values, ref_w.sort(1).values, rtol=1e-6, atol=0)  # tied values alike
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_group_limited_routing_declines_where_the_kept_groups_hold_fewer_than_top_k_experts():
     logits = _rand(5, 8)
     with pn.trace() as t:
-        got = moe_route_op.moe_route(logits, 2, "sigmoid", n_group=4, topk_group=2)
-    with pn.triton.disabled():
-        want = moe_route_op.moe_route(logits, 2, "sigmoid", n_group=4, topk_group=2)
-    assert_routed(t.events, {"moe_route": "group-limited routing (n_group=4)"}, "grouped")
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        got = moe_route_op.moe_route(logits, 3, "sigmoid", n_group=4, topk_group=1)
+    assert_routed(t.events, {"moe_route": "top_k=3 exceeds the 2 experts of the topk_group=1 chosen groups"},
+                  "too few experts kept")
+    assert got[1].shape == (5, 3)
 
 
 def _indices(case: str, tokens: int, top_k: int, experts: int) -> torch.Tensor:

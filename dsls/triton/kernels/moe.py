@@ -30,10 +30,25 @@ CLAMPED = tl.constexpr(3)  # the activation code of GPT-OSS's clamped SwiGLU (0-
 
 
 @triton.jit
+def _in_best_groups(choice, cols, ok, group_size, n_group, topk_group, BLOCK_E: tl.constexpr, BLOCK_G: tl.constexpr):
+    """``choice`` outside the ``topk_group`` best of ``n_group`` groups set to -inf (a group's score:
+    the sum of its two best choices; ties go to the lower group, as to the lower expert below)."""
+    groups = tl.arange(0, BLOCK_G)
+    member = (groups[:, None] == (cols // group_size)[None, :]) & ok[None, :]  # (groups, experts)
+    c = tl.where(member, choice[None, :], -float("inf"))
+    best = tl.max(c, 1)
+    first = tl.min(tl.where(member & (c == best[:, None]), cols[None, :], BLOCK_E), 1)
+    score = best + tl.max(tl.where(cols[None, :] == first[:, None], -float("inf"), c), 1)  # padding groups: -inf
+    ahead = (score[None, :] > score[:, None]) | ((score[None, :] == score[:, None]) & (groups[None, :] < groups[:, None]))
+    chosen = (tl.sum(ahead.to(tl.int32), 1) < topk_group) & (groups < n_group)
+    return tl.where(tl.max((member & chosen[:, None]).to(tl.int32), 0) > 0, choice, -float("inf"))
+
+
+@triton.jit
 def _route_kernel(
-    LOGITS, BIAS, W_OUT, I_OUT, n_experts, stride_l, eps, scaling,
+    LOGITS, BIAS, W_OUT, I_OUT, n_experts, stride_l, eps, scaling, n_group, topk_group,
     SIGMOID: tl.constexpr, TOPK_FIRST: tl.constexpr, RENORM: tl.constexpr, HAS_BIAS: tl.constexpr,
-    TOP_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+    TOP_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_E)
@@ -49,6 +64,8 @@ def _route_kernel(
     choice = tl.where(ok, scores, -float("inf"))
     if HAS_BIAS:
         choice += tl.load(BIAS + cols, mask=ok, other=0.0).to(tl.float32)
+    if BLOCK_G > 1:
+        choice = _in_best_groups(choice, cols, ok, n_experts // n_group, n_group, topk_group, BLOCK_E, BLOCK_G)
     slots = tl.arange(0, BLOCK_K)
     values = tl.zeros([BLOCK_K], dtype=tl.float32)
     picked = tl.zeros([BLOCK_K], dtype=tl.int64)
@@ -248,15 +265,14 @@ def _expert_outer_kernel(
              mask=(ps < p)[:, None] & (qs < q)[None, :])
 
 
-ROUTE = Launcher(_route_kernel, ("SIGMOID", "TOPK_FIRST", "RENORM", "HAS_BIAS", "TOP_K", "BLOCK_E", "BLOCK_K"),
-                 fresh=("W_OUT", "I_OUT"), op="moe_route")
+ROUTE = Launcher(_route_kernel, ("SIGMOID", "TOPK_FIRST", "RENORM", "HAS_BIAS", "TOP_K", "BLOCK_E", "BLOCK_K",
+                                 "BLOCK_G"), fresh=("W_OUT", "I_OUT"), op="moe_route")
 ROUTE_BACKWARD = Launcher(_route_backward_kernel, ("SIGMOID", "TOPK_FIRST", "RENORM", "TOP_K", "BLOCK_E", "BLOCK_K"),
                           fresh=("GRAD_L",), op="moe_route_backward")
 GATE_UP = Launcher(_gate_up_kernel, ("ACT", "HAS_BIAS", "BACKWARD", "IEEE", "BM", "BN", "BK"),
                    op="moe_experts, moe_experts_backward")
 GROUPED = Launcher(_grouped_kernel, ("HAS_BIAS", "HAS_SCALE", "IEEE", "ROUND", "ROUND_DT", "BM", "BN", "BK"),
-                   fresh=("C",),
-                   op="moe_experts, moe_experts_backward")
+                   fresh=("C",), op="moe_experts, moe_experts_backward")
 OUTER = Launcher(_expert_outer_kernel, ("IEEE", "BP", "BQ", "BR"), fresh=("D",), op="moe_experts_backward")
 
 
@@ -281,15 +297,17 @@ def _pow2(n: int) -> int:
 
 
 def route(logits: torch.Tensor, top_k: int, sigmoid: bool, topk_first: bool, renormalize: bool, eps: float,
-          bias: torch.Tensor | None, scaling: float, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights, indices) of each row's ``top_k`` experts, in descending order of the choice."""
+          bias: torch.Tensor | None, scaling: float, out_dtype: torch.dtype, n_group: int = 1,
+          topk_group: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights, indices) of each row's ``top_k`` experts (within its ``topk_group`` best groups), best first."""
     tokens, experts = logits.shape
     weights = torch.empty(tokens, top_k, dtype=out_dtype, device=logits.device)
     indices = torch.empty(tokens, top_k, dtype=torch.int64, device=logits.device)
     if tokens:
+        block_g = 1 if n_group == 1 else triton.next_power_of_2(n_group)
         ROUTE((tokens,), (logits, logits if bias is None else bias, weights, indices, experts, logits.stride(0),
-                          float(eps if renormalize else 0.0), float(scaling)),
-              4, sigmoid, topk_first, renormalize, bias is not None, top_k, _pow2(experts), _pow2(top_k))
+                          float(eps if renormalize else 0.0), float(scaling), n_group, topk_group),
+              4, sigmoid, topk_first, renormalize, bias is not None, top_k, _pow2(experts), _pow2(top_k), block_g)
     return weights, indices
 
 

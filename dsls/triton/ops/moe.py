@@ -5,7 +5,8 @@ The ops are declared by ``python_native.ops``; these overrides shadow their refe
 - ``moe_route``: one program per token picks its top-k experts (softmax, sigmoid with a correction
   bias, or the logits themselves for top-k-then-softmax), renormalises and scales them; its
   backward takes the weights' gradient to the logits through the chosen positions. Group-limited
-  routing (``n_group > 1``) is left to the reference.
+  routing (``n_group > 1``, DeepSeek-V3's) masks all but each row's ``topk_group`` best groups in
+  the same program before the top-k.
 - ``moe_experts``: the (token, slot) pairs sorted by expert, gate/up as one grouped GEMM with the
   activation fused, down as another weighted by the routing weights, each token's rows summed in
   slot order. The backward recomputes the activations and writes every gradient without atomics:
@@ -28,6 +29,7 @@ from . import why
 Tensor = torch.Tensor
 NAMESPACE = "python_native"
 MAX_EXPERTS = 1024  # one router row per program, in registers
+MAX_GROUPED = 16384  # group-limited routing: a (groups, experts) membership tile, in registers
 ROUTE_KEY = ("logits", "top_k", "scoring", "topk_first", "renormalize", "renormalize_eps", "bias", "n_group",
              "topk_group", "scaling", "keep_float")
 EXPERTS_KEY = ("hidden", "indices", "weights", "gate_up", "down", "gate_up_bias", "down_bias", "activation",
@@ -43,8 +45,11 @@ def _route_why(logits: Tensor, top_k: int, scoring: str, topk_first: bool, bias:
     found = why.device(logits, bias) or why.dtype(logits, "logits dtype") or (bias is not None and why.dtype(bias))
     if found:
         return found
-    if n_group > 1:
-        return f"group-limited routing (n_group={n_group}): the reference runs it"
+    if n_group > 1 and top_k > topk_group * (logits.shape[1] // n_group):
+        return (f"top_k={top_k} exceeds the {topk_group * (logits.shape[1] // n_group)} experts of the "
+                f"topk_group={topk_group} chosen groups (the reference picks among the masked ones)")
+    if n_group > 1 and (1 << (n_group - 1).bit_length()) * logits.shape[1] > MAX_GROUPED:
+        return f"{n_group} groups of {logits.shape[1]} experts (the kernel holds up to {MAX_GROUPED} group x expert cells)"
     if bias is not None and bias.stride(0) != 1:
         return f"bias at stride {bias.stride(0)} (the kernel reads it dense)"
     if logits.shape[1] > MAX_EXPERTS or logits.stride(1) != 1:
@@ -80,7 +85,7 @@ def route_impl(logits: Tensor, top_k: int, scoring: str = "softmax", topk_first:
     plan = plan or FAMILY["moe_route"].require(logits, top_k, scoring, topk_first, renormalize, renormalize_eps, bias,
                                                n_group, topk_group, scaling, keep_float)
     return FAMILY.kernels().route(logits, top_k, scoring == "sigmoid", topk_first, renormalize, renormalize_eps, bias,
-                                  scaling, plan[0])
+                                  scaling, plan[0], n_group, topk_group)
 
 
 def route_backward_impl(grad_weights: Tensor, logits: Tensor, indices: Tensor, top_k: int, scoring: str = "softmax",
