@@ -151,7 +151,9 @@ def run(shape: str, args: argparse.Namespace) -> None:
         print("no liger row: Liger-Kernel is not installed")
     elif args.device != "cuda" and not args.interpreted:
         print("no liger row: its Triton kernels need a GPU (or --interpreted on a CPU)")
-    rows, outputs = [], {}
+    print(f"{'variant':<15} {'moe ops by':>10} {'peak MiB':>10} {'vs eager':>9} {'ms':>10} {'vs eager':>9} "
+          f"{'TFLOP/s':>8} {'max |diff| vs eager':>20}", flush=True)
+    base, outputs = None, {}
     for name, scope in variants(layer, args.device, args.interpreted).items():
         def step(scope=scope):
             x.grad = None
@@ -163,16 +165,13 @@ def run(shape: str, args: argparse.Namespace) -> None:
 
         with pn.trace() as t:  # warm-up: first launches, the allocator, the probe
             outputs[name] = step().detach().float()
-        served = sorted({e.dsl for e in t.events if e.op.startswith("moe_") and e.outcome == "override"})
-        peak = peak_bytes(step, args.device)
-        rows.append((name, peak, median_ms(step, args.device, args.repeat), ",".join(served) or "-"))
-    base_peak, base_ms = rows[0][1], rows[0][2]
-    print(f"{'variant':<15} {'moe ops by':>10} {'peak MiB':>10} {'vs eager':>9} {'ms':>10} {'vs eager':>9} "
-          f"{'TFLOP/s':>8} {'max |diff| vs eager':>20}")
-    for name, peak, ms, served in rows:
+        served = ",".join(sorted({e.dsl for e in t.events if e.op.startswith("moe_") and e.outcome == "override"}))
+        peak, ms = peak_bytes(step, args.device), median_ms(step, args.device, args.repeat)
+        base = base or (peak, ms)  # eager, the first variant, is what the ratios are against
         diff = float((outputs[name] - outputs["eager"]).abs().max())
-        print(f"{name:<15} {served:>10} {peak / 2**20:>10.1f} {peak / max(base_peak, 1):>8.2f}x {ms:>10.2f} "
-              f"{ms / base_ms:>8.2f}x {flops / (ms * 1e-3) / 1e12:>8.2f} {diff:>20.3g}")
+        # Each row as soon as it is measured: a run cut short by a time limit keeps the rows it finished.
+        print(f"{name:<15} {served or '-':>10} {peak / 2**20:>10.1f} {peak / max(base[0], 1):>8.2f}x {ms:>10.2f} "
+              f"{ms / base[1]:>8.2f}x {flops / (ms * 1e-3) / 1e12:>8.2f} {diff:>20.3g}", flush=True)
 
 
 def main() -> None:
