@@ -221,6 +221,24 @@ def test_bernoulli_with_a_generator_and_atens_errors():
     assert_routed(t.events, {FILL: "p = 1.5 is outside [0, 1]"}, "bernoulli_(1.5)")
 
 
+@pytest.mark.parametrize(("generator", "tensor", "current", "same"), [
+    ("cuda", "cuda:0", 0, True),  # torch.Generator("cuda") reports no index: the current device
+    ("cuda", "cuda:1", 0, False),
+    ("cuda", "cuda:1", 1, True),
+    ("cuda:1", "cuda:0", 1, False),
+    ("cuda:0", "cuda:0", 1, True),
+    ("cpu", "cpu", None, True),
+    ("cpu", "cuda:0", 0, False),
+    ("cuda", "cpu", 0, False),
+])
+def test_a_generator_without_an_index_draws_for_the_current_device(generator, tensor, current, same):
+    from python_native_dsls.triton.ops.dropout import same_device
+
+    asked = []
+    found = same_device(torch.device(generator), torch.device(tensor), lambda kind: asked.append(kind) or current)
+    assert found is same and set(asked) <= {torch.device(generator).type}
+
+
 @pytest.mark.override
 def test_feature_dropout_reaches_bernoulli():
     x = make(4, 6, 3, 3)

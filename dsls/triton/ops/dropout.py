@@ -13,12 +13,14 @@ strides), up to ``2**31 - 2**20`` elements, ``0 <= p <= 1``. ``native_dropout`` 
 NaN); under the interpreter ``p = 1`` runs and gives what aten's CPU kernel gives (``x * 0 * 0``).
 ``native_dropout_backward`` takes a bool mask shaped and strided like the gradient (at the CUDA
 key, a gradient dense in its suggested memory format, the layout aten gives the result there).
-``bernoulli_.float`` takes a generator on the tensor's device or none.
+``bernoulli_.float`` takes a generator on the tensor's device or none (a generator made without a
+device index, ``torch.Generator("cuda")``, is on the current device of its type).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import torch
 
@@ -98,11 +100,38 @@ def dropout_backward_impl(grad_output: Tensor, mask: Tensor, scale: float, plan:
     return FAMILY.kernels().run_masked_scale(grad_output, mask, plan, scale, torch.empty_like(grad_output))
 
 
+def _current_index(device_type: str) -> int | None:
+    """The current device index of ``device_type``; None where the type has none (the CPU)."""
+    current = None if device_type == "cpu" else getattr(getattr(torch, device_type, None), "current_device", None)
+    return None if current is None else current()
+
+
+def same_device(generator: torch.device, tensor: torch.device,
+                current: Callable[[str], int | None] = _current_index) -> bool:
+    """Whether a generator on ``generator`` draws for a tensor on ``tensor``: the same type and the
+    same index, an index left unset meaning ``current(type)``. ``torch.Generator("cuda")`` reports
+    ``cuda`` with no index, the current device, while a tensor there reports ``cuda:0``."""
+    if generator.type != tensor.type:
+        return False
+    if generator.index == tensor.index:
+        return True
+
+    def index(d: torch.device) -> int | None:
+        return current(d.type) if d.index is None else d.index
+
+    return index(generator) == index(tensor)
+
+
+def generator_fits(generator: torch.Generator | None, self: Tensor) -> bool:
+    """No generator, or one on ``self``'s device (see ``same_device``): part of the layout key."""
+    return generator is None or same_device(generator.device, self.device)
+
+
 def bernoulli_plan_or_why(self: Tensor, p: float, *, generator: torch.Generator | None) -> ElementwisePlan | str:
     found = _p_why(p)
     if found:
         return found
-    if generator is not None and generator.device != self.device:
+    if not generator_fits(generator, self):
         return f"generator on {generator.device}, tensor on {self.device}"
     return why.elementwise(self) or plan_elementwise(self, _BERNOULLI)
 
@@ -122,6 +151,6 @@ FAMILY = Family(DSL_NAME, "dropout", [
        public_name="dropout", backward=True, measured=False, options={"derive_variants": ("out",)},
        bench=("dropout",)),
     Op("bernoulli_.float", bernoulli_plan_or_why, bernoulli_impl,
-       ("self", "0.0 <= p <= 1.0", "generator is None or generator.device == self.device"), measured=False,
+       ("self", "0.0 <= p <= 1.0", "generator is None or generator_fits(generator, self)"), measured=False,
        bench=("dropout",)),
-], kernels="dropout")
+], kernels="dropout", names={"generator_fits": generator_fits})
