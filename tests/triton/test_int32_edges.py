@@ -2,14 +2,15 @@
 ``python -m python_native inspect`` reports, ``kernel_report.offsets``) stays below 2**31 in the
 last program of every launch a cond accepts, and the conds decline one row or element past the
 bound. The inputs are tensors without memory (a wrapper subclass carrying sizes and strides), so
-nothing of that size is allocated; the conds plan them as they plan any tensor subclass.
+nothing of that size is allocated; the conds plan them as they plan any tensor subclass. They sit
+on the kernels' device (the conds decline any other), which needs no memory there either.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import requires_triton
+from triton_testing import DEVICE, requires_triton
 
 import python_native as pn  # noqa: F401  (first: registers the backend)
 from python_native_dsls.triton.ops import families
@@ -18,14 +19,17 @@ from python_native_dsls.triton.plans.layout import MAX_INDEX
 pytestmark = requires_triton
 
 INT32_MAX = 2**31 - 1
+# The kernels' device, with the index a tensor there reports (no memory is allocated on it).
+ON = torch.device(DEVICE, torch.cuda.current_device()) if DEVICE == "cuda" else torch.device(DEVICE)
 
 
 class Sized(torch.Tensor):
-    """A CPU tensor of any size with no memory: any op on it raises (only its metadata is read)."""
+    """A tensor on the kernels' device of any size with no memory: any op on it raises (only its
+    metadata is read)."""
 
     @staticmethod
     def __new__(cls, *size: int, dtype: torch.dtype = torch.bfloat16):
-        return torch.Tensor._make_wrapper_subclass(cls, size, dtype=dtype, device="cpu")
+        return torch.Tensor._make_wrapper_subclass(cls, size, dtype=dtype, device=ON)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -89,7 +93,7 @@ def test_in_row_offsets_past_the_bound_decline():
     built = _built("softmax", "_softmax")
     wide = Sized(2, 2**20, dtype=torch.float32)
     strided = torch.Tensor._make_wrapper_subclass(Sized, (2, 2**20), strides=(1, 2**11 + 1), dtype=torch.float32,
-                                                  device="cpu")
+                                                  device=ON)
     assert built.cond(wide, -1, False) is not None
     assert built.cond(strided, -1, False) is None and "int32" in built.explain(strided, -1, False)
 
@@ -115,7 +119,7 @@ def test_other_row_launches_decline_past_the_row_bound(name):
 
 
 def _strided(size: tuple[int, ...], strides: tuple[int, ...]) -> torch.Tensor:
-    return torch.Tensor._make_wrapper_subclass(Sized, size, strides=strides, dtype=torch.bfloat16, device="cpu")
+    return torch.Tensor._make_wrapper_subclass(Sized, size, strides=strides, dtype=torch.bfloat16, device=ON)
 
 
 def test_rotary_declines_offsets_past_the_bound():
