@@ -40,7 +40,8 @@ def main() -> int:
         ("torch.empty_like", per_call_us(lambda: torch.empty_like(x))),
     ]
     import python_native as pn
-    from python_native_dsls.triton.kernels import launch, launch_sim
+    from python_native_dsls.triton import testing
+    from python_native_dsls.triton.kernels import launch
     from python_native_dsls.triton.kernels.softmax_rows import FWD
     from python_native_dsls.triton.plans.tiles import row_config
 
@@ -50,7 +51,7 @@ def main() -> int:
     ]
     with pn.triton.disabled():
         rows.append(("_softmax with triton disabled (router fallback)", per_call_us(lambda: aten._softmax(x, -1, False))))
-    with launch_sim.stubbed_launches():
+    with testing.stubbed_launches():
         rows.append(("override _softmax, launch stubbed", per_call_us(lambda: aten._softmax(x, -1, False))))
     y = torch.empty_like(x)
     args, cfg = (x, y, 8, 64, 64, 1), row_config(8, 64)

@@ -173,8 +173,8 @@ def main(argv: list[str]) -> int:
 
     import python_native as pn  # noqa: F401  (installs the overrides)
     import python_native_dsls.triton as backend
-    from python_native_dsls.triton.kernels.launch_sim import simulated_device, stubbed_launches
     from python_native_dsls.triton.ops import all_overrides
+    from python_native_dsls.triton.testing import simulated_device, stubbed_launches
 
     device = backend.device_type()
     installed = {spec.op for spec in all_overrides()}
@@ -246,7 +246,7 @@ def _timed_replayed(cases: dict[str, Callable[[], object]], args: argparse.Names
     """(median, p10) per op whose second call the front replayed."""
     from python_native.features import front
     from python_native.features.front import replay
-    from python_native_dsls.triton.kernels.launch_sim import simulated_device
+    from python_native_dsls.triton.testing import simulated_device
 
     if front.current() != "compiled":
         return {}

@@ -122,7 +122,7 @@ def in_tree_toggle(number: int, repeat: int) -> float | None:
         import torch._native.registry as tn
     except ImportError:
         return None
-    from python_native.features import native_bridge
+    from python_native.panel import native_bridge
 
     with native_bridge.standalone():
         tn.register_op_override("bench", "aten", "rsub.Tensor", "CPU", accept, impl)

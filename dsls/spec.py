@@ -86,9 +86,9 @@ def runtime_import(dsl: str) -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        from python_native.foundations import codegen
+        from python_native.core import errors
         from python_native.panel import dsl_support
 
-        if isinstance(e, codegen.OverrideUnavailable):
+        if isinstance(e, errors.OverrideUnavailable):
             raise
         raise dsl_support.runtime_failed(dsl, e) from e

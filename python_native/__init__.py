@@ -35,7 +35,7 @@ from python_native.foundations import logs  # noqa: F401
 # isort: split
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
-from python_native.features import calibration, checked, compiled, front, native_bridge  # noqa: F401
+from python_native.features import calibration, checked, compiled, front  # noqa: F401
 from python_native.foundations import declared, dsl_registry, env, public_names, uncompiled
 from python_native.foundations.trace_summary import TraceSummary
 from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceEvent

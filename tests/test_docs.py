@@ -224,7 +224,7 @@ def test_anchors_land_on_headings_on_github_and_on_the_site():
 
 _DISABLE_CHECK = """
 import torch, python_native as pn
-from python_native.features import native_bridge
+from python_native.panel import native_bridge
 builtin = [o for o in pn.overrides() if native_bridge.origin_of(o) is None]
 assert "triton" in pn.all_dsls and builtin == [], builtin
 assert not any(o.active for o in pn.overrides()), pn.overrides()

@@ -100,10 +100,10 @@ def test_triton_that_raises_on_import_serves_aten_and_is_named_in_status(tmp_pat
 
 
 def test_an_impl_that_hands_on_reaches_the_next_override_then_aten(overrides, x):
-    from python_native.foundations import codegen
+    from python_native.core import errors
 
     def unavailable(self, other, alpha=1):
-        raise codegen.OverrideUnavailable("no runtime here")
+        raise errors.OverrideUnavailable("no runtime here")
 
     overrides("sub.Tensor", always, unavailable, priority=2)
     overrides("sub.Tensor", always, marked_sub, priority=1)
@@ -113,7 +113,7 @@ def test_an_impl_that_hands_on_reaches_the_next_override_then_aten(overrides, x)
     with pn.operations_disabled("sub.Tensor"), pn.trace():
         assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
     def mul_unavailable(self, other):
-        raise codegen.OverrideUnavailable("no runtime here")
+        raise errors.OverrideUnavailable("no runtime here")
 
     overrides("mul.Tensor", None, mul_unavailable, unconditional_override=True)
     assert torch.equal(torch.mul(x, x), torch.from_numpy(x.numpy() * x.numpy()))
@@ -273,7 +273,8 @@ def test_bad_cute_dsl_arch_falls_back_to_the_device(monkeypatch, clean_faults):
 # ----- the status report never raises -----
 
 def test_status_survives_a_section_that_raises(monkeypatch):
-    from python_native.features import calibration, native_bridge
+    from python_native.features import calibration
+    from python_native.panel import native_bridge
 
     def broken(*args):
         raise RuntimeError("calibration table exploded")

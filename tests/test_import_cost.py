@@ -22,11 +22,11 @@ import pytest
 EXPECTED = """
 _python_native_autoload
 python_native
-python_native.core python_native.core.arguments python_native.core.below python_native.core.extensions
+python_native.core python_native.core.arguments python_native.core.below python_native.core.errors python_native.core.extensions
 python_native.core.handles python_native.core.index python_native.core.ordering python_native.core.reasons
 python_native.core.reclaim python_native.core.registry python_native.core.routers python_native.core.slots
 python_native.core.variants
-python_native.features python_native.features.native_bridge
+python_native.features
 python_native.features.calibration python_native.features.calibration.first_use
 python_native.features.calibration.fresh python_native.features.calibration.gates
 python_native.features.calibration.portable python_native.features.calibration.resolve
@@ -45,6 +45,7 @@ python_native.foundations.safe_write python_native.foundations.scalars python_na
 python_native.foundations.source_tree python_native.foundations.switches python_native.foundations.trace_summary
 python_native.foundations.tracing python_native.foundations.trust python_native.foundations.uncompiled
 python_native.panel python_native.panel.bootstrap python_native.panel.dsl_support python_native.panel.mounting
+python_native.panel.native_bridge
 python_native_dsls python_native_dsls.cutedsl python_native_dsls.cutedsl.target python_native_dsls.triton
 python_native_dsls.triton.target
 """.split()

@@ -22,8 +22,9 @@ from python_native import ops
 
 # isort: split
 import python_native_dsls.triton as triton_backend
+from python_native.core import errors
 from python_native.core.registry import REGISTRY
-from python_native.foundations import codegen, dsl_registry, faults
+from python_native.foundations import dsl_registry, faults
 from python_native_dsls import family
 from python_native_dsls.cutedsl import ops as cutedsl_ops
 from python_native_dsls.triton import ops as triton_ops
@@ -160,7 +161,7 @@ def test_an_impl_whose_kernels_fail_to_import_hands_the_call_on(dsl, name, broke
     impl, args = _impl_calls()[(dsl, name)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(codegen.OverrideUnavailable, match="failed to import"):
+        with pytest.raises(errors.OverrideUnavailable, match="failed to import"):
             impl(*args)
     assert [str(w.message) for w in caught if f"python_native: {dsl}" in str(w.message)]
     assert "undefined symbol in the runtime" in {p["source"]: p["problem"] for p in pn.status()["problems"]}[dsl]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import python_native as pn
-from python_native.features import native_bridge
+from python_native.panel import native_bridge
 
 pytestmark = [
     pytest.mark.skipif(
@@ -94,7 +94,7 @@ def test_new_process_adopts_torch_native_at_import():
 
     code = (
         "import torch, python_native as pn\n"
-        "from python_native.features import native_bridge\n"
+        "from python_native.panel import native_bridge\n"
         "from torch._native import registry\n"
         "assert not registry._aten_override_libs, registry._aten_override_libs\n"
         "graphs = [(op, key) for (op, key), nodes in registry._graphs.items() if nodes]\n"

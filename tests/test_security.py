@@ -21,10 +21,9 @@ from pathlib import Path
 import pytest
 
 from conftest import compiled_front_problem
-from python_native.features import kernel_cache
 from python_native.features.front import build
-from python_native.features.kernel_cache import EntryKey, KernelCache
-from python_native.foundations import faults, trust
+from python_native.foundations import faults, kernel_cache, trust
+from python_native.foundations.kernel_cache import EntryKey, KernelCache
 
 KEY = EntryKey({"dsl": "test", "variant": {"kernel": "k", "dtype": "float16"}, "arch": "sm_90a", "source": "abc"})
 OURS, EVIL = b"\x7fELF our kernel" * 50, b"\x7fELF planted kernel" * 50

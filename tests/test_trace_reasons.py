@@ -11,7 +11,7 @@ import python_native as pn
 
 # isort: split
 from conftest import TEST_DSL, always, marked_sub
-from python_native.foundations import codegen
+from python_native.core import errors
 from python_native_dsls.triton import device_type
 
 DEVICE = device_type()  # where the Triton overrides run (their tests' inputs live there)
@@ -133,7 +133,7 @@ def test_an_explicit_disable_names_the_switch_without_scope(overrides, x):
 
 def test_an_unavailable_impl_says_so(overrides, x):
     def impl(self, other, alpha):
-        raise codegen.OverrideUnavailable("no runtime here")
+        raise errors.OverrideUnavailable("no runtime here")
 
     overrides("sub.Tensor", always, impl)
     with pn.trace() as t:

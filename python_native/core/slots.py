@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.autograd.profiler as _profiler
 
-from python_native.core import extensions, reclaim
+from python_native.core import errors, extensions, reclaim
 from python_native.foundations import codegen, epilogues, scalars, schema
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def new_slot(lib: str, sig: schema.OpSignature, key: str, emit: Callable[..., No
         "_pn_fallback_event": (sig.qualified, key, None, "fallback", None, None),
         "_pn_numbers": _NUMBER_TYPES,
         "_pn_coerce": scalars.coerce,
-        codegen.UNAVAILABLE_GLOBAL: codegen.OverrideUnavailable,
+        codegen.UNAVAILABLE_GLOBAL: errors.OverrideUnavailable,
         **epilogues.EPILOGUE_GLOBALS,
     }
     slot = Slot(lib, sig, key, namespace, definition)

@@ -25,21 +25,12 @@ ENTRY_NAME = "_pn_router"
 PLAN_KEYWORD = "plan"
 
 
-# The global naming ``OverrideUnavailable`` in every router's namespace.
+# The global naming ``python_native.core.errors.OverrideUnavailable`` in every router's namespace.
 UNAVAILABLE_GLOBAL = "_pn_unavailable"
 # Globals of traced routers only: ``_pn_reason(declines) -> str | None`` (why the fallback runs, the
 # switched-off overrides added) and ``_pn_unavailable_reason(dsl, error) -> str``.
 REASON_GLOBAL = "_pn_reason"
 UNAVAILABLE_REASON_GLOBAL = "_pn_unavailable_reason"
-
-
-class OverrideUnavailable(RuntimeError):
-    """Raised by an impl that cannot serve calls after all (its DSL's runtime failed to load, say):
-    the router goes on with the next override or aten's kernel, as if the cond had declined.
-
-    Raise it before changing anything the caller can see. ``python_native.panel.dsl_support.runtime_failed``
-    builds one after taking the DSL out of routing, so later calls skip it without trying.
-    """
 
 
 @dataclass(frozen=True)

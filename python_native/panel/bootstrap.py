@@ -37,8 +37,8 @@ def load_builtin_dsls() -> None:
     adopted into this registry last (see ``native_bridge``). A backend that fails is logged and
     skipped: it must never break ``import torch``.
     """
-    from python_native.features import native_bridge
     from python_native.foundations import source_tree as _source_tree
+    from python_native.panel import native_bridge
 
     global _settled, _disabled_at_import
     _settled = env.import_time_values()

@@ -11,10 +11,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from python_native.core import extensions
+from python_native.core import errors, extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration
-from python_native.foundations import codegen, dsl_registry, env, faults, public_names
+from python_native.foundations import dsl_registry, env, faults, public_names
 
 
 def installed_version(distribution: str) -> Version | None:
@@ -156,7 +156,7 @@ def install_held(ops: tuple[str, ...], dispatch_key: str) -> list[str]:
 extensions.on_install_held(install_held)
 
 
-def runtime_failed(dsl: str, error: BaseException) -> codegen.OverrideUnavailable:
+def runtime_failed(dsl: str, error: BaseException) -> errors.OverrideUnavailable:
     """``dsl``'s runtime raised when first imported (at its first kernel call, since runtimes load
     lazily): make the DSL unavailable, route its slots around it (aten, or the next override,
     serves its calls from now on) and record why for the status report.
@@ -172,4 +172,4 @@ def runtime_failed(dsl: str, error: BaseException) -> codegen.OverrideUnavailabl
         faults.report(
             dsl, reason, "reinstall or repair it; aten serves the calls of its overrides meanwhile", stacklevel=3
         )
-    return codegen.OverrideUnavailable(f"{dsl}: {dsl_registry.runtime_failure(dsl)}")
+    return errors.OverrideUnavailable(f"{dsl}: {dsl_registry.runtime_failure(dsl)}")

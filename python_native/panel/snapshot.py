@@ -13,11 +13,12 @@ from typing import Any
 import torch
 
 from python_native.core.registry import REGISTRY
-from python_native.features import calibration, compiled, front, native_bridge
+from python_native.features import calibration, compiled, front
 from python_native.foundations import declared, dsl_registry, env, faults
 from python_native.foundations.dispatch_keys import unreachable_reason
 from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
+from python_native.panel import native_bridge
 
 LEGEND = {
     "available": "the DSL's runtime is installed and can run kernels on this machine",

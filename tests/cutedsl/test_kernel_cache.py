@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from python_native.features.kernel_cache import (
+from python_native.foundations.kernel_cache import (
     CACHE_DIR_ENV,
     MAGIC,
     EntryKey,
@@ -39,7 +39,7 @@ def test_store_then_load_round_trips(tmp_path):
 def test_entry_reloads_in_a_fresh_process(tmp_path):
     KernelCache(tmp_path).store(KEY, PAYLOAD)
     code = textwrap.dedent(f"""
-        from python_native.features.kernel_cache import EntryKey, KernelCache
+        from python_native.foundations.kernel_cache import EntryKey, KernelCache
         key = EntryKey({dict(KEY.fields)!r})
         payload = KernelCache({str(tmp_path)!r}).load(key)
         print(len(payload), payload == {PAYLOAD!r})
@@ -89,7 +89,7 @@ def test_concurrent_processes_build_once(tmp_path):
     log = tmp_path / "builds.log"
     code = textwrap.dedent(f"""
         import time
-        from python_native.features.kernel_cache import EntryKey, KernelCache
+        from python_native.foundations.kernel_cache import EntryKey, KernelCache
         def build():
             with open({str(log)!r}, "a") as f:
                 f.write("built\\n")

@@ -16,7 +16,8 @@ from triton_testing import DEVICE, make, requires_triton, seeded  # noqa: F401
 import python_native as pn
 import python_native_dsls.triton as backend
 from python_native.foundations import launches
-from python_native_dsls.triton.kernels import compiled_kernels, launch, launch_sim
+from python_native_dsls.triton import testing
+from python_native_dsls.triton.kernels import compiled_kernels, launch
 
 pytestmark = requires_triton
 
@@ -39,7 +40,7 @@ def test_stubbed_launch_runs_the_routed_path_but_not_the_kernel():
 
 class stubbed_launches_and_trace:
     def __enter__(self):
-        self._stub = launch_sim.stubbed_launches()
+        self._stub = testing.stubbed_launches()
         self._trace = pn.trace()
         return self._stub.__enter__(), self._trace.__enter__()
 
@@ -279,7 +280,7 @@ def test_simulated_device_runs_the_routed_gpu_path_on_cpu_tensors():
 
     x = torch.randn(8, 64)
     saved = (launch.STATE.interpret, launch.STATE.not_cuda, launch.STATE.current_device, launch.STATE.launch)
-    with launch_sim.simulated_device() as names:
+    with testing.simulated_device() as names:
         torch.softmax(x, -1)  # the first call of a plan: the stand-in for Triton's compile and launch
         torch.softmax(x, -1)  # then the bound launcher, through the plan's fast path
         assert names == ["_softmax_fwd_kernel"] * 2

@@ -53,11 +53,11 @@ def test_forward_and_backward_reach_the_kernels(case, dtype):
 
 def test_the_chunked_halves_are_never_copied():
     """The gated kernels read the two halves of a fused projection where they lie."""
-    from python_native_dsls.triton.kernels import launch_sim
+    from python_native_dsls.triton import testing
 
     gate, up = make(3, 2 * 37, requires_grad=False).chunk(2, -1)
     launched = []
-    with launch_sim.stubbed_launches(lambda launcher, grid, args, warps, constexprs: launched.append(args)):
+    with testing.stubbed_launches(lambda launcher, grid, args, warps, constexprs: launched.append(args)):
         ops.swiglu(gate, up)
     assert len(launched) == 1, f"{len(launched)} launches: the override did not run swiglu once"
     args = launched[0]

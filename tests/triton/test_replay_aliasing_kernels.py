@@ -25,7 +25,7 @@ from python_native.features import front
 from python_native.features.front import replay
 from python_native.foundations import launches
 from python_native_dsls.triton import ops as triton_ops
-from python_native_dsls.triton.kernels import launch_sim
+from python_native_dsls.triton import testing
 
 pytestmark = [requires_triton, pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem())),
               pytest.mark.skipif(DEVICE != "cpu", reason="the stand-in launch replays CPU calls")]
@@ -125,7 +125,7 @@ def _serve(op: str, call, calls: list[tuple]) -> list[bool]:
 def test_a_record_serves_only_calls_whose_inputs_overlap_alike(case, kind, shift):
     op, call, make = CASES[case]
     args = make()
-    with front.serving("compiled"), launch_sim.simulated_device():
+    with front.serving("compiled"), testing.simulated_device():
         module().replay_select_test_launch(True)
         try:
             for pair in itertools.combinations(_tensor_positions(args), 2):

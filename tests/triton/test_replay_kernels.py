@@ -1,7 +1,7 @@
 """Replay of the Triton overrides: what the front launches for a replayed call is what the Python
 path launches for the same call.
 
-On CPU the launch path runs on the simulated device (``launch_sim.simulated_device``: the launcher,
+On CPU the launch path runs on the simulated device (``testing.simulated_device``: the launcher,
 plans and allocations as on a GPU, Triton's compile and launch a stand-in) and replays go to the
 front's stand-in launch, which records every parameter it was given. Each case is called three
 times: through Python with replay off (the launches its kernels are given, described by the
@@ -27,7 +27,7 @@ from conftest import TEST_DSL, compiled_front_problem
 from python_native.features import front
 from python_native.features.front import replay
 from python_native.foundations import launches
-from python_native_dsls.triton.kernels import launch_sim
+from python_native_dsls.triton import testing
 from python_native_dsls.triton.ops import rms_norm as rms
 
 pytestmark = [requires_triton, pytest.mark.override, pytest.mark.skipif(compiled_front_problem() is not None, reason=str(compiled_front_problem()))]
@@ -160,7 +160,7 @@ class _Mover:
 @pytest.mark.parametrize("case", list(CASES))
 def test_replayed_launches_are_the_python_paths(case, rms_at_cpu):
     op, call, make = CASES[case]
-    with front.serving("compiled"), launch_sim.simulated_device():
+    with front.serving("compiled"), testing.simulated_device():
         m = module()
         m.replay_select_test_launch(True)
         try:

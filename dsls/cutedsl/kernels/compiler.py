@@ -27,8 +27,8 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_tensor
 from cutlass.runtime import load_module, make_fake_stream
 
-from python_native.features.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.foundations import env, logs, safe_write
+from python_native.foundations.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.foundations.speckey import SpecializationCache
 
 from ..target import DSL_NAME, dispatch_key, runtime_version

@@ -10,7 +10,8 @@ members, a tensor on a device other than the current one) takes the normal path.
 interpreter, which is not thread-safe, launches are serialized.
 
 What the launch path reads that a simulation or a stub changes lives in one object, ``STATE``,
-changed in place (``launch_sim`` holds the stubs and the simulated device). While a thread records
+changed in place (the stubs and the simulated device of ``python_native_dsls.triton.testing``
+change it). While a thread records
 for replay (``python_native.foundations.launches``), its launches go through Triton's own path and
 each is described for the compiled front (``launch_record``).
 """
@@ -63,7 +64,8 @@ _RECORDERS = launches.RECORDERS
 
 
 class LaunchState:
-    """What every launch reads that stubs and simulations change (``launch_sim``), in one object.
+    """What every launch reads that stubs and simulations change (``python_native_dsls.triton.testing``),
+    in one object.
 
     ``stub`` replaces the final launch (benchmarks measure everything up to it; set it through
     ``set_stub``); ``launch`` replaces Triton's compile-and-launch (``Launcher._launch``);

@@ -116,8 +116,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def _refused(args: argparse.Namespace) -> str | None:
     """Why nothing may be built here: the off switch, or a kernel cache folder that fails the trust rules."""
-    from python_native.features.kernel_cache import KernelCache
     from python_native.foundations import env, trust
+    from python_native.foundations.kernel_cache import KernelCache
 
     if env.overrides_disabled():
         return f"{env.DISABLE_ALL[0]} is set: python-native builds and loads nothing in this process; unset it to precompile"
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build_kernels(entries: list, args: argparse.Namespace) -> tuple[dict, int]:
-    from python_native.features.kernel_cache import KernelCache
+    from python_native.foundations.kernel_cache import KernelCache
     from python_native.tools.bench.progress import Progress
     from python_native_dsls.cutedsl.kernels import compiler
 

@@ -1,7 +1,7 @@
 """The launches an override makes for a call, taken from its own cond and impl.
 
 Each recorded call is replayed on CPU stand-ins of its arguments (``calls.materialize``): the
-override's cond plans it, its impl runs with every kernel launch stubbed (``launch_sim.stubbed_launches``)
+override's cond plans it, its impl runs with every kernel launch stubbed (``testing.stubbed_launches``)
 and persistent grids planned for the target's SM count (``tuning.planning_for``). What the stub
 receives (kernel, grid, arguments, warps, constexprs) is what a GPU run launches, so the report
 follows the plans and tiles of the ops as they change.
@@ -62,7 +62,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 def plan_call(call: Call, family: str, spec: Any, sm_count: int) -> PlannedCall:
     """Run ``spec``'s cond and impl on stand-ins of ``call``, recording the launches."""
-    from python_native_dsls.triton.kernels import launch_sim, tuning
+    from python_native_dsls.triton import testing
+    from python_native_dsls.triton.kernels import tuning
 
     args, kwargs = materialize(call.args), materialize(call.kwargs)
     planned = PlannedCall(family, Call(call.op, args, kwargs))
@@ -78,7 +79,7 @@ def plan_call(call: Call, family: str, spec: Any, sm_count: int) -> PlannedCall:
         if plan is None or plan is False:
             planned.declined = True
             return planned
-        with launch_sim.stubbed_launches(record):
+        with testing.stubbed_launches(record):
             if spec.options.get("impl_takes_plan"):
                 out = spec.impl(*args, **kwargs, plan=plan)
             else:

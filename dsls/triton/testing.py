@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from .launch import STATE, Launcher, LaunchStub, spec_key
+from .kernels.launch import STATE, Launcher, LaunchStub, spec_key
 
 
 @contextlib.contextmanager
