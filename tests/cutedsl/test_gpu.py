@@ -15,11 +15,10 @@ import torch.nn.functional as F
 from cutedsl_testing import DTYPES, requires_gpu
 
 import python_native as pn
+from python_native.foundations import tolerances
 
 pytestmark = requires_gpu
 
-# assert_close defaults per dtype, widened for gradients (sums of many rounded terms).
-TOL = {torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 
 
 @pytest.fixture(autouse=True)
@@ -53,10 +52,9 @@ def _run(fn, inputs, grad_out, scope):
 
 
 def _close(got, ref, what, grad=False):
-    rtol, atol = TOL[got.dtype]
-    if grad and got.dtype != torch.float32:
-        atol += rtol * ref.abs().max().item()
-    torch.testing.assert_close(got, ref, rtol=rtol * (4 if grad else 1), atol=atol, equal_nan=True, msg=what)
+    """Within the package's one tolerance table; a gradient is an accumulating result."""
+    tol = tolerances.tolerance(got.dtype, tolerances.ACCUMULATING if grad else tolerances.POINTWISE)
+    torch.testing.assert_close(got, ref, rtol=tol.rtol, atol=tol.atol_for(ref), equal_nan=True, msg=what)
 
 
 def compare(fn, inputs, ops):
