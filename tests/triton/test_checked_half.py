@@ -17,7 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from triton_testing import DEVICE, requires_triton
+
+from python_native.features.checked import OverrideMismatch
+from python_native.features.checked.compare import compare
 
 pytestmark = [requires_triton, pytest.mark.override]
 
@@ -63,3 +67,22 @@ def test_half_precision_samples_pass_checked_mode():
     for case, seen in found.items():
         assert seen["fired"], f"{case}: no Triton override fired: checked mode compared nothing"
         assert seen["mismatch"] is None, f"{case}: {seen['mismatch']}"
+
+
+def _layer_norm_result(out_dtype: torch.dtype, mean_shift: float) -> tuple[torch.Tensor, ...]:
+    """native_layer_norm's three outputs as aten's CUDA kernel gives them for a half-precision call
+    (a float32 mean and rstd), the mean moved by ``mean_shift`` from the values of an H200 run."""
+    out = torch.linspace(-2, 2, 48).reshape(2, 24).to(out_dtype)
+    mean = torch.tensor([[24.7060], [-263.5]], dtype=torch.float32) + mean_shift
+    return out, mean, torch.tensor([[8.76e-5], [8.82e-5]], dtype=torch.float32)
+
+
+def test_a_float32_statistic_of_a_half_precision_call_is_judged_at_the_half_precision():
+    """A float32 mean over 24 terms of size 1e4 summed in another order: 8.2e-5 apart (3.3e-6
+    relative) on an H200, a false alarm at float32's numbers; a real error still raises."""
+    aten = _layer_norm_result(torch.float16, 0.0)
+    compare(_layer_norm_result(torch.float16, 8.2e-5), aten, "native_layer_norm")
+    with pytest.raises(OverrideMismatch, match="output 1"):
+        compare(_layer_norm_result(torch.float16, 1.0), aten, "native_layer_norm")
+    with pytest.raises(OverrideMismatch, match="output 1"):  # a float32 call's statistics keep float32's numbers
+        compare(_layer_norm_result(torch.float32, 8.2e-5), _layer_norm_result(torch.float32, 0.0), "native_layer_norm")

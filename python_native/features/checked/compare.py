@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from python_native.foundations.tolerances import ACCUMULATING, tolerance
+from python_native.foundations.tolerances import ACCUMULATING, judged_dtypes, tolerance
 from python_native.foundations.tolerances import TOLERANCES as TOLERANCES  # the package's one table, re-exported
 
 # Checked mode knows the override, not whether its op sums: every result is judged as an accumulating
@@ -43,10 +43,13 @@ def pairs(actual: Any, expected: Any, where: str) -> list[tuple[Any, Any, str]]:
 
 
 def compare(actual: Any, expected: Any, where: str) -> None:
-    """Raise ``OverrideMismatch`` unless ``actual`` matches aten's ``expected`` result."""
-    for a, e, at in outputs(actual, expected, where):
+    """Raise ``OverrideMismatch`` unless ``actual`` matches aten's ``expected`` result. A float32
+    statistic beside a half-precision output is judged at the half dtype (``tolerances.judged_dtypes``)."""
+    found = outputs(actual, expected, where)
+    judged = judged_dtypes([e.dtype if isinstance(e, torch.Tensor) else None for _, e, _ in found])
+    for (a, e, at), dtype in zip(found, judged, strict=True):
         if check_kind(a, e, at):
-            values_close(a, e, at)
+            values_close(a, e, at, judged_as=dtype)
 
 
 def check_kind(actual: Any, expected: Any, where: str) -> bool:
@@ -72,10 +75,10 @@ def check_kind(actual: Any, expected: Any, where: str) -> bool:
 
 
 def values_close(actual: torch.Tensor, expected: torch.Tensor, where: str, what: str = "",
-                 op_class: str = OP_CLASS) -> None:
-    """Values within the package's tolerance for the dtype and ``op_class`` (``foundations.tolerances``),
-    NaN equal to NaN; ``what`` names the contract checked."""
-    tol = tolerance(expected.dtype, op_class)
+                 op_class: str = OP_CLASS, judged_as: torch.dtype | None = None) -> None:
+    """Values within the package's tolerance for ``judged_as`` (by default the result's dtype) and
+    ``op_class`` (``foundations.tolerances``), NaN equal to NaN; ``what`` names the contract checked."""
+    tol = tolerance(judged_as or expected.dtype, op_class)
     rtol, atol = tol.rtol, tol.atol_for(expected)
     try:
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
