@@ -23,7 +23,9 @@ the gated-MLP rule takes.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +47,7 @@ class ExpertsPlan:
     alpha: float
     combine: str
     dtype: torch.dtype  # the weights' dtype the probe confirmed
+    dense: bool = False  # routing weights given per expert, (tokens, experts), by keyword (GPT-OSS before 5.0)
 
     op = "moe_experts"
 
@@ -55,7 +58,7 @@ class ExpertsPlan:
         layout = ("transposed, " if self.transposed else "") + ("interleaved" if self.interleaved else "gate|up")
         act = self.activation + (f"(limit={self.limit:g}, alpha={self.alpha:g})" if self.activation == "clamped_swiglu"
                                  else "")
-        return f"{act}; {layout}; combine={self.combine}"
+        return f"{act}; {layout}; combine={self.combine}" + ("; dense routing weights" if self.dense else "")
 
 
 def _stacked(module: nn.Module) -> dict[str, torch.Tensor] | None:
@@ -107,6 +110,42 @@ def _experts_call(twin: nn.Module, plan: ExpertsPlan, hidden, indices, weights) 
                              *plan.options())
 
 
+DENSE_EXPERTS = ("stacked expert weights, but its forward takes only the hidden states: every expert runs on every "
+                 "token with the routing scores applied to its inputs (Llama 4's layout), and moe_experts takes "
+                 "routed tokens and weighs the experts' outputs")
+
+
+def _takes_only_hidden(module: nn.Module) -> bool:
+    try:
+        return len(inspect.signature(type(module).forward).parameters) == 2  # self, hidden_states
+    except (TypeError, ValueError):
+        return False
+
+
+def _dense_call(twin: nn.Module, plan: ExpertsPlan, hidden, router_indices, routing_weights) -> torch.Tensor:
+    """The dense layout: each token's weights gathered from its (tokens, experts) row, the output
+    shaped (hidden's first dim, -1, hidden) as that forward shapes it."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    out = _experts_call(twin, plan, flat, router_indices, routing_weights.gather(1, router_indices))
+    return out.view(hidden.shape[0], -1, hidden.shape[-1])
+
+
+DENSE_KEYWORDS = ("router_indices", "routing_weights")
+
+
+def _wanted(module: nn.Module, twin: nn.Module, hidden, indices, weights) -> tuple[torch.Tensor | None, tuple, bool]:
+    """(the forward's output on the probe or None, the probe's arguments, whether it took the routing
+    weights dense by keyword)."""
+    wanted = probe.attempt(type(module).forward, twin, hidden, indices, weights)
+    if isinstance(wanted, torch.Tensor):
+        return wanted, (hidden, indices, weights), False
+    dense = torch.zeros(weights.shape[0], twin.gate_up_proj.shape[0], dtype=weights.dtype,
+                        device=weights.device).scatter(1, indices, weights)
+    wanted = probe.attempt(type(module).forward, twin, hidden[None], router_indices=indices,
+                           routing_weights=dense)
+    return (wanted, (hidden[None], indices, dense), True) if isinstance(wanted, torch.Tensor) else (None, (), False)
+
+
 def match_experts(module: nn.Module) -> ExpertsPlan | LeftAlone | None:
     params = _stacked(module)
     if params is None or not _layouts(params["gate_up_proj"], params["down_proj"]):
@@ -114,30 +153,45 @@ def match_experts(module: nn.Module) -> ExpertsPlan | LeftAlone | None:
     if probe.is_meta(module):
         return LeftAlone("parameters on the meta device: no probe can confirm the forward")
     twin, hidden, indices, weights = _experts_probe(module, params)
-    wanted = probe.attempt(type(module).forward, twin, hidden, indices, weights)
-    if not isinstance(wanted, torch.Tensor):
-        return None
+    wanted, args, dense = _wanted(module, twin, hidden, indices, weights)
+    if wanted is None:
+        return LeftAlone(DENSE_EXPERTS) if _takes_only_hidden(module) else None
+    call = _dense_call if dense else _experts_call
     dtype = params["gate_up_proj"].dtype
     for transposed, interleaved, (act, limit, alpha), combine in itertools.product(
             _layouts(params["gate_up_proj"], params["down_proj"]), (False, True), _activations(module),
             moe_experts_op.COMBINES):
-        plan = ExpertsPlan(act, transposed, interleaved, limit, alpha, combine, dtype)
-        if probe.same(wanted, probe.attempt(_experts_call, twin, plan, hidden, indices, weights)):
+        plan = ExpertsPlan(act, transposed, interleaved, limit, alpha, combine, dtype, dense)
+        if probe.same(wanted, probe.attempt(call, twin, plan, *args)):
             return plan
     return LeftAlone("stacked expert weights, but no layout, activation or sum of moe_experts reproduces its "
                      "forward bit for bit")
 
 
+def _routed(plan: ExpertsPlan, args: tuple, kwargs: dict) -> tuple | None:
+    """(indices, weights) from a call's arguments as the probe confirmed them; None otherwise."""
+    if not plan.dense:
+        return None if kwargs or len(args) != 2 else args
+    given = dict(zip(DENSE_KEYWORDS, args, strict=False))  # positional ones first
+    if len(args) > 2 or set(kwargs) - set(DENSE_KEYWORDS) or set(kwargs) & set(given):
+        return None
+    given.update(kwargs)
+    routed = tuple(given.get(k) for k in DENSE_KEYWORDS)
+    return routed if all(isinstance(t, torch.Tensor) for t in routed) else None
+
+
 def replace_experts(module: nn.Module, plan: ExpertsPlan):
     original = runtime.own_forward(module)
+    call = _dense_call if plan.dense else _experts_call
 
     def forward(hidden_states, *args, **kwargs):
-        if kwargs or len(args) != 2 or module.gate_up_proj.dtype != plan.dtype:
+        routed = _routed(plan, args, kwargs)
+        if routed is None or module.gate_up_proj.dtype != plan.dtype:
             runtime.declined("moe_experts", hidden_states, "arguments or a dtype the probe did not confirm: the "
                              "module's own forward ran")
             return original(hidden_states, *args, **kwargs)
         runtime.routing("moe_experts", hidden_states)
-        return _experts_call(module, plan, hidden_states, *args)
+        return call(module, plan, hidden_states, *routed)
 
     return forward
 
@@ -150,6 +204,7 @@ class RouterPlan:
     route: tuple  # moe_route's options after top_k, the bias left out (``bias_buffer`` names it)
     bias_buffer: str | None
     dtype: torch.dtype
+    dense: bool = False  # returns (weights scattered to (tokens, experts), indices) (GPT-OSS before 5.0)
 
     op = "moe_route"
 
@@ -157,7 +212,8 @@ class RouterPlan:
         names = ("scoring", "topk_first", "renormalize", "renormalize_eps", "n_group", "topk_group", "scaling",
                  "keep_float")
         shown = ", ".join(f"{n}={v}" for n, v in zip(names, self.route, strict=True))
-        return f"top_k={self.top_k}, {shown}" + (f", bias={self.bias_buffer}" if self.bias_buffer else "")
+        return (f"top_k={self.top_k}, {shown}" + (f", bias={self.bias_buffer}" if self.bias_buffer else "")
+                + ("; returns dense weights and indices" if self.dense else ""))
 
 
 def _router_params(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -204,7 +260,22 @@ def _route(module: nn.Module, plan: RouterPlan, x: torch.Tensor) -> tuple[torch.
     scoring, topk_first, renorm, eps, groups, topk_group, scaling, keep = plan.route
     weights, indices = moe_route_op.OP(logits, plan.top_k, scoring, topk_first, renorm, eps, bias, groups, topk_group,
                                        scaling, keep)
+    if plan.dense:
+        return torch.zeros_like(logits).scatter(1, indices, weights), indices
     return logits, weights, indices
+
+
+def _unfit_router(module: nn.Module, twin: nn.Module, flat: Any, x: torch.Tensor) -> str | None:
+    """None where ``flat`` is a router's result, (logits, weights, indices) or (dense weights, indices),
+    that one call reproduces; else why no variant of ``moe_route`` can be its forward ("" where it is
+    no router's result at all)."""
+    if not (isinstance(flat, tuple) and len(flat) in (2, 3) and all(isinstance(t, torch.Tensor) for t in flat)):
+        return ""
+    if not probe.same(flat, probe.attempt(type(module).forward, twin, x)):
+        return ("a router whose forward draws random numbers (two calls on one input differ: it samples its experts "
+                f"in {'training' if module.training else 'this'} mode, as PhiMoE's sparsemixer does); moe_route's "
+                "variants are deterministic")
+    return None
 
 
 def match_router(module: nn.Module) -> RouterPlan | LeftAlone | None:
@@ -218,16 +289,23 @@ def match_router(module: nn.Module) -> RouterPlan | LeftAlone | None:
     # small logits: probabilities far from 0 and 1, so that renormalising or not parts even in bf16
     x = probe.randn(2, PROBE_TOKENS, weight.shape[1], dtype=weight.dtype, device=weight.device, scale=0.1)
     flat = probe.attempt(type(module).forward, twin, x.reshape(-1, weight.shape[1]))
-    if not (isinstance(flat, tuple) and len(flat) == 3 and all(isinstance(t, torch.Tensor) for t in flat)):
-        return None
+    unfit = _unfit_router(module, twin, flat, x.reshape(-1, weight.shape[1]))
+    if unfit is not None:
+        return LeftAlone(unfit) if unfit else None
     batched = probe.attempt(type(module).forward, twin, x)
     flatten = isinstance(batched, tuple) and probe.same(batched, flat)
+    dense = len(flat) == 2
     for fp32, (route, buffer) in itertools.product((False, True), _route_candidates(module, weight.shape[0])):
         if fp32 and bias is not None:
             continue
-        plan = RouterPlan(module.top_k, fp32, flatten, route, buffer, weight.dtype)
+        plan = RouterPlan(module.top_k, fp32, flatten, route, buffer, weight.dtype, dense)
         if probe.same(flat, probe.attempt(_route, twin, plan, x.reshape(-1, weight.shape[1]))):
             return plan
+    if dense:
+        shapes = ", ".join(str(tuple(t.shape)) for t in flat)
+        return LeftAlone(f"a router by its weight and top_k, but its forward returns 2 tensors of shapes {shapes}, "
+                         "neither (logits, weights, indices) nor (weights scattered per expert, indices) of a variant "
+                         "of moe_route: its block takes per-expert scores the ops do not give")
     return LeftAlone("a router by its weight and top_k, but no variant of moe_route reproduces its forward bit for bit")
 
 
