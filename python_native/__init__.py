@@ -204,14 +204,14 @@ def register_op_override(
 
 def get_dsl_operations(dsl_name_: str) -> list[str]:
     """Sorted op symbols the DSL overrides; ``[]`` for a name no DSL has (warned about, with close matches)."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     return REGISTRY.dsl_operations(_panel().dsl_name(dsl_name_, warn_unknown=True))
 
 
 def is_available() -> bool:
     """Whether overrides can run in this process, as ``torch.backends.cudnn.is_available()``: some
     DSL's runtime can run here and ``PYTHON_NATIVE_DISABLE`` does not turn every override off."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     return not REGISTRY.killed and any(dsl_registry.available(name) for name in dsl_registry.names())
 
 
@@ -222,7 +222,7 @@ def version() -> str:
 
 def overrides() -> list[OverrideHandle]:
     """Every registered override, slot by slot, in routing order."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     return REGISTRY.overrides()
 
 
@@ -235,7 +235,7 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
     while a backward's aten name (``"_softmax_backward_data"``) covers just that op. Ops installed
     without a public name are listed under their aten name.
     """
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     return _panel().installed_names(dsl)
 
 
@@ -244,7 +244,7 @@ def disable_operations(*op_symbols: str) -> None:
     """Stop routing these ops: a public name (``"softmax"``) or an aten forward's name (``"_softmax"``)
     covers the forward, its backward and their derived variants; ``"add"`` every overload of add,
     ``"add.Tensor"`` that one. See ``operation_names()``."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     REGISTRY.disable("op", _panel().op_names(op_symbols, "disable_operations"))
 
 
@@ -252,7 +252,7 @@ def disable_operations(*op_symbols: str) -> None:
 def enable_operations(*op_symbols: str) -> None:
     """Route these ops again (names as ``disable_operations`` takes them), lifting explicit disables
     and open scopes alike."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     REGISTRY.enable("op", _panel().op_names(op_symbols, "enable_operations"))
 
 
@@ -273,13 +273,13 @@ def operations_enabled(*op_symbols: str) -> Scope:
 @uncompiled.opaque
 def disable_dispatch_keys(*dispatch_keys: str) -> None:
     """Stop routing every override installed at these keys (``"CUDA"``, ``"CPU"``, ...)."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     REGISTRY.disable("key", _panel().dispatch_key_names(dispatch_keys, "disable_dispatch_keys"))
 
 
 @uncompiled.opaque
 def enable_dispatch_keys(*dispatch_keys: str) -> None:
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     REGISTRY.enable("key", _panel().dispatch_key_names(dispatch_keys, "enable_dispatch_keys"))
 
 
@@ -347,7 +347,7 @@ def trace(capacity: int = DEFAULT_CAPACITY) -> Trace:
     It warns when no DSL can run here, so that an empty trace is never a mystery."""
     from python_native.panel import snapshot
 
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     snapshot.warn_if_nothing_runs(stacklevel=2)
     return REGISTRY.trace(capacity)
 
@@ -380,7 +380,7 @@ def status() -> dict:
     """Everything the status report shows, as plain data."""
     from python_native.panel import snapshot
 
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     return snapshot.collect()
 
 

@@ -82,18 +82,18 @@ class Slot:
 _captured: dict[tuple[str, str, str, Any], Any] = {}
 
 
-def current_kernel(lib: str, sig: schema.OpSignature, key: str, definition: Any, fresh: bool = False) -> Any:
+def current_kernel(lib: str, sig: schema.OpSignature, key: str, definition: Any, uncached: bool = False) -> Any:
     """The kernel the dispatcher runs now for ``lib::sig`` at ``key`` (what a new slot falls back to).
 
     Captured once per kernel of a definition (its description in the dispatcher's dump names it,
     but an op defined again registers its kernel under the same description): each capture costs
     the kernel a token that torch never frees, so a slot installed again and again reuses it.
-    ``fresh`` captures anew (after a captured kernel was invalidated).
+    ``uncached`` captures anew (after a captured kernel was invalidated).
     """
     name = f"{lib}::{sig.qualified}"
     top = next((line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith(f"{key}:")), "")
     cache_key = (name, key, top, definition)
-    kernel = None if fresh or not top else _captured.get(cache_key)
+    kernel = None if uncached or not top else _captured.get(cache_key)
     if kernel is None:
         try:
             kernel = torch.library.get_kernel(name, key)
@@ -200,7 +200,7 @@ def recapture(slot: Slot, error: RuntimeError) -> bool:
     slot.definition = definition_of(slot.lib, slot.sig)
     unregister_entry(slot)
     try:
-        fallback = current_kernel(slot.lib, slot.sig, slot.dispatch_key, slot.definition, fresh=True)
+        fallback = current_kernel(slot.lib, slot.sig, slot.dispatch_key, slot.definition, uncached=True)
     except ValueError:
         fallback = None
     if fallback is not None:

@@ -342,7 +342,7 @@ def check_unknown() -> list[str]:
 
 def import_time_values() -> tuple[str | None, ...]:
     """The raw values of the switches whose effect is fixed when the overrides install at import
-    (the panel compares them later, to honour or refuse a change: ``_bootstrap.settle``)."""
+    (the panel compares them later, to honour or refuse a change: ``bootstrap.apply_env_changes``)."""
     return tuple(os.environ.get(name) for name in (*DISABLE_ALL, *TRITON_INTERPRET))
 
 

@@ -102,10 +102,10 @@ class KernelCache:
         """The cache folder, checked against the trust rules (``trust.Untrusted`` when it fails)."""
         return trust.check_folder(self.root, self.root)
 
-    def load(self, key: EntryKey, *, settled: bool = False) -> bytes | None:
+    def load(self, key: EntryKey, *, locked: bool = False) -> bytes | None:
         """The payload stored for ``key``, or None when absent or not a valid entry of ours for it.
 
-        An entry that fails a check is looked at again under its lock (``settled``: the caller holds
+        An entry that fails a check is looked at again under its lock (``locked``: the caller holds
         it), so a write in progress is waited for, not taken for damage; still failing, it is
         removed and named in the status report."""
         if env.overrides_disabled():
@@ -120,12 +120,12 @@ class KernelCache:
         except FileNotFoundError:
             return None
         except trust.Untrusted as e:
-            if not settled:
+            if not locked:
                 lock = self._lock(key)
                 if lock is None:
                     return None
                 with lock:
-                    return self.load(key, settled=True)
+                    return self.load(key, locked=True)
             self._rejected(e)
             trust.forget(path)
             return None
@@ -155,7 +155,7 @@ class KernelCache:
         if lock is None:
             return build(), False
         with lock:
-            payload = self.load(key, settled=True)  # another process may have built it while we waited
+            payload = self.load(key, locked=True)  # another process may have built it while we waited
             if payload is not None:
                 return payload, True
             payload = build()

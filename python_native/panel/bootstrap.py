@@ -24,8 +24,8 @@ BUILTIN_DSLS = {"triton": "python_native_dsls.triton", "cutedsl": "python_native
 _loaded: set[str] = set()
 _installed: set[str] = set()  # backends whose overrides were installed (register_overrides ran)
 _lock = threading.Lock()
-_settle_lock = threading.RLock()
-_settled: tuple[str | None, ...] | None = None  # env.import_time_values() when last settled
+_env_lock = threading.RLock()
+_env_applied: tuple[str | None, ...] | None = None  # env.import_time_values() when last applied
 _disabled_at_import = False
 _warned: set[str] = set()
 
@@ -40,8 +40,8 @@ def load_builtin_dsls() -> None:
     from python_native.foundations import source_tree as _source_tree
     from python_native.panel import native_bridge
 
-    global _settled, _disabled_at_import
-    _settled = env.import_time_values()
+    global _env_applied, _disabled_at_import
+    _env_applied = env.import_time_values()
     _disabled_at_import = env.overrides_disabled()
     _source_tree.alias_backends_folder()
     _log_switches()
@@ -114,7 +114,7 @@ def _install(name: str, module: ModuleType) -> bool:
     return True
 
 
-def settle() -> None:
+def apply_env_changes() -> None:
     """Honour, or refuse loudly, the switches read at import that changed since (the panel calls this).
 
     A built-in backend that could not install at import and can now (``PYTHON_NATIVE_TRITON_INTERPRET=1``
@@ -123,14 +123,14 @@ def settle() -> None:
     off switch is read once) warns once, naming the variable and what to do. Cheap when nothing
     changed: a few environment reads.
     """
-    global _settled
+    global _env_applied
     values = env.import_time_values()
-    if values == _settled or _settled is None:
+    if values == _env_applied or _env_applied is None:
         return
-    with _settle_lock:
-        if values == _settled:
+    with _env_lock:
+        if values == _env_applied:
             return
-        _settled = values
+        _env_applied = values
         if env.overrides_disabled() != _disabled_at_import:
             variable = env.DISABLE_ALL[0]
             _warn_once(
@@ -183,9 +183,9 @@ def _log_switches() -> None:
 
 def _renew_lock_in_child() -> None:
     """A forked child must not inherit the lock another thread held at the fork."""
-    global _lock, _settle_lock
+    global _lock, _env_lock
     _lock = threading.Lock()
-    _settle_lock = threading.RLock()
+    _env_lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -21,7 +21,7 @@ from python_native.panel.controller import op_names
 
 def overrides_of(op: Any, what: str) -> list[OverrideHandle]:
     """The functional overrides ``op`` covers, in routing order; ``ValueError`` when there is none."""
-    _bootstrap.settle()
+    _bootstrap.apply_env_changes()
     names = set(op_names((op,), what))
     found = dict.fromkeys(o.functional for o in REGISTRY.overrides() if not names.isdisjoint(o.op_names))
     if not found:

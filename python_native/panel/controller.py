@@ -253,12 +253,12 @@ class DSLController:
     @property
     def available(self) -> bool:
         """Whether the DSL's runtime can run kernels on this machine."""
-        _bootstrap.settle()
+        _bootstrap.apply_env_changes()
         return dsl_registry.available(self._name)
 
     @property
     def unavailable_reason(self) -> str | None:
-        _bootstrap.settle()
+        _bootstrap.apply_env_changes()
         return dsl_registry.unavailable_reason(self._name)
 
     def is_available(self) -> bool:
@@ -305,7 +305,7 @@ class DSLController:
 
     @property
     def operations(self) -> list[str]:
-        _bootstrap.settle()
+        _bootstrap.apply_env_changes()
         return REGISTRY.dsl_operations(self._name)
 
     def __repr__(self) -> str:

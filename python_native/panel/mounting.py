@@ -41,13 +41,13 @@ class PythonNativeModule(types.ModuleType):
 
     @property
     def all_dsls(self) -> list[str]:
-        _bootstrap.settle()
+        _bootstrap.apply_env_changes()
         return dsl_registry.names()
 
     @property
     def available_dsls(self) -> list[str]:
         """The DSLs whose runtime can run here (``pn.status()`` says why one has no override installed)."""
-        _bootstrap.settle()
+        _bootstrap.apply_env_changes()
         return [name for name in dsl_registry.names() if dsl_registry.available(name)]
 
     @property

@@ -92,15 +92,15 @@ class LaunchState:
 
     def set_stub(self, stub: LaunchStub | None) -> None:
         self.stub = stub
-        self.settle()
+        self.update_quiet()
 
-    def settle(self) -> None:
+    def update_quiet(self) -> None:
         """``quiet`` again, after a stub or a thread's recording came or went."""
         self.quiet = self.stub is None and not _RECORDERS.threads
 
 
 STATE = LaunchState()
-launches.on_recording_change(STATE.settle)
+launches.on_recording_change(STATE.update_quiet)
 
 
 def spec_key(args: tuple) -> tuple:
