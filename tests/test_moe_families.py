@@ -176,3 +176,68 @@ def test_the_rules_take_the_other_families_stacked_experts_and_routers(family):
     taken = {name for e in report.entries if e.status == "would patch" for name in e.modules}
     assert experts and set(experts) <= taken, report
     assert set(routers) <= taken, report
+
+
+# transformers before 5.0 gave GPT-OSS's experts dense (tokens, experts) routing weights by keyword, and
+# its router returned (those weights, indices): the rules take that layout too. Run where that release is
+# first on the path (``test_transformers_range`` installs it), so the installed one is never touched.
+OLD_GPT_OSS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, transformers
+import python_native as pn
+from patch_testing import aten_overrides_off, step
+from test_moe import MOE_RULES, moe_serving
+from python_native.tools import tiny_models
+
+m = tiny_models.build("gpt_oss", num_experts_per_tok=2, intermediate_size=32).train()
+batch = tiny_models.example_inputs(m, batch=2, seq=8)
+with moe_serving(), aten_overrides_off():
+    loss, grads = step(m, batch)
+    with pn.patched(m, MOE_RULES) as report, pn.trace() as t:
+        patched_loss, patched_grads = step(m, batch)
+    again, again_grads = step(m, batch)
+worst = max(float((patched_grads[n] - g).abs().max() / g.abs().max().clamp(min=1e-30)) for n, g in grads.items())
+print(json.dumps({
+    "transformers": transformers.__version__,
+    "patched": sorted([e.rule, e.target, e.detail] for e in report.patched),
+    "served": sorted([e.op, e.module] for e in t.events if e.op.startswith("moe_") and e.outcome == "override"),
+    "not_served": len([e for e in t.events if e.op.startswith("moe_") and e.outcome != "override"]),
+    "loss": [loss.item(), patched_loss.item()], "worst_grad": worst, "same_grads": patched_grads.keys() == grads.keys(),
+    "unpatched_exact": bool(torch.equal(again, loss)) and all(torch.equal(again_grads[n], g) for n, g in grads.items()),
+}))
+"""
+
+
+@pytest.mark.slow  # installs transformers 4.56.0 into a temporary folder, then a training step in a subprocess
+def test_gpt_oss_before_5_0_routes_its_dense_layout_and_trains_as_unpatched(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_transformers_range import OLDEST, _install_oldest
+
+    folder = tmp_path / "site"
+    _install_oldest(folder)
+    tests, root = Path(__file__).resolve().parent, Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(folder), str(root), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, "-c", OLD_GPT_OSS, str(tests)], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["transformers"] == OLDEST
+    details = {target: detail for _, target, detail in result["patched"]}
+    assert details["GptOssTopKRouter"].endswith("returns dense weights and indices"), details
+    assert details["GptOssExperts"].endswith("dense routing weights"), details
+    layers = 2
+    for op, module in (("moe_route", "router"), ("moe_route_backward", "router"), ("moe_experts", "experts"),
+                       ("moe_experts_backward", "experts")):
+        names = [f"model.layers.{i}.mlp.{module}" for i in range(layers)]
+        assert sorted(m for o, m in result["served"] if o == op) == names, (op, result["served"])
+    assert result["not_served"] == 0
+    loss, patched_loss = result["loss"]
+    assert abs(patched_loss - loss) <= 1e-5 * abs(loss) and result["same_grads"] and result["worst_grad"] <= 1e-5
+    assert result["unpatched_exact"]
