@@ -76,8 +76,44 @@ def test_the_experts_cond_takes_the_qwen3_moe_layer_and_bounds_one_experts_weigh
     assert "offsets past int32" in call(2**19, 4096, 64, 2, 2**10)  # 2**29 sorted rows of 4096
 
 
-def test_calibrating_the_moe_rows_says_no_calibration_call_is_built_for_them(tmp_path, capsys):
-    argv = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops", "moe_experts"]
-    assert main([*argv, "--output", str(tmp_path / "table.json")]) == 2
-    assert "no calibration call is built for moe_experts, moe_experts_backward" in capsys.readouterr().err
-    assert not (tmp_path / "table.json").exists()
+def test_the_calibration_calls_take_qwen3_moes_routing_and_its_layer_scaled_to_the_bucket():
+    """x (tokens x hidden) as the router's logits over 128 experts and as the experts' hidden states;
+    each call served by the Triton kernels, its first tensor as many elements as x (its size bucket)."""
+    from python_native.tools.bench.calibrating import DECLARED, _calibration_args, aten_op, moe_layer
+
+    assert moe_layer(2048) == (768, 128, 8)  # Qwen3-30B-A3B's layer itself
+    assert moe_layer(1024) == (384, 64, 4) and moe_layer(8192) == (3072, 8, 2) and moe_layer(64) == (24, 4, 2)
+    x = torch.randn(4, 64, device=backend.device_type())
+    builders = _calibration_args()
+    for symbol in ("moe_route", "moe_route_backward", "moe_experts", "moe_experts_backward"):
+        assert symbol in DECLARED
+        args = builders[symbol](x, torch.randn_like(x))
+        with pn.trace() as t:
+            aten_op(symbol)(*args)
+        assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == symbol}, symbol
+        first = args[0]
+        assert first.numel() == (x.numel() // 16 if symbol == "moe_route_backward" else x.numel()), symbol
+    route, experts = builders["moe_route"](x, x)[:2], builders["moe_experts"](x, x)
+    assert route[0].shape == (2, 128) and route[1] == 8
+    assert experts[3].shape == (4, 48, 64) and experts[4].shape == (4, 64, 24) and experts[1].shape == (4, 2)
+    assert all(len(set(row)) == 2 for row in experts[1].tolist())  # distinct experts per token
+
+
+@pytest.mark.slow  # a calibration run through Triton's interpreter: about 15 s, longer on a loaded machine
+def test_calibrating_the_moe_rows_writes_verdicts_for_their_four_ops(tmp_path, monkeypatch):
+    from python_native.foundations import env
+    from python_native.tools.bench import calibrating
+
+    monkeypatch.setattr(calibrating, "calibration_shapes", lambda quick: [(4, 64)])  # one shape: the interpreter
+    path = tmp_path / "table.json"
+    argv = ["bench", "--calibrate", "--allow-interpreter", "--quick", "--dtypes", "float32", "--ops",
+            "moe_route,moe_experts", "--output", str(path)]
+    assert main(argv) == 0
+    rows = json.loads(path.read_text())["rows"]
+    if backend.device_type() == "cuda" and not env.unmeasured_allowed():
+        assert rows == []  # unmeasured overrides stay out on a GPU until PYTHON_NATIVE_UNMEASURED=1
+        return
+    assert {r["op"]: r["bucket"] for r in rows} == {
+        "moe_route": 9, "moe_route_backward": 5, "moe_experts": 9, "moe_experts_backward": 9}
+    assert all(r["dsl"] == "triton" and r["override_ms"] > 0 and r["aten_ms"] > 0 and r["shape"] == [4, 64]
+               for r in rows)

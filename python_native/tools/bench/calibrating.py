@@ -108,10 +108,52 @@ def _calibration_args() -> dict[str, CalibArgs]:
     }
 
 
+# Qwen3-MoE's routing: 128 experts, 8 per token, renormalised. Its layer's proportions (Qwen3-30B-A3B:
+# hidden 2048, experts 768 wide, 128 experts, 8 per token) scale the experts' calls to the bucket.
+MOE_EXPERTS, MOE_TOP_K = 128, 8
+MOE_ROUTE_OPTIONS = ("softmax", False, True, 0.0, None, 1, 1, 1.0, False)
+MOE_WEIGHTS = 1 << 30  # the most stacked expert weights a call builds (2 GiB in bfloat16)
+
+
+def _moe_route(x: torch.Tensor, dy: torch.Tensor, backward: bool) -> tuple:
+    """x as a router's logits (tokens, 128 experts); the backward's gradient and indices from one forward."""
+    logits = x.reshape(-1, MOE_EXPERTS)
+    if not backward:
+        return (logits, MOE_TOP_K, *MOE_ROUTE_OPTIONS)
+    with _aten_only():
+        weights, indices = aten_op("moe_route")(logits, MOE_TOP_K, *MOE_ROUTE_OPTIONS)
+    grad = dy.reshape(-1)[:weights.numel()].view_as(weights).to(weights.dtype)
+    return (grad, logits, indices, MOE_TOP_K, *MOE_ROUTE_OPTIONS)
+
+
+def moe_layer(hidden: int) -> tuple[int, int, int]:
+    """(intermediate, experts, top-k) of the scaled layer: 3/8 of ``hidden`` wide; hidden/16 experts
+    (Qwen3-30B-A3B's 128 at 2048), fewer where their weights would pass ``MOE_WEIGHTS``, 4 to 128;
+    one in 16 chosen, at least 2. 1024 wide: 64 experts, 4 chosen; 8192 wide: 8 experts, 2 (Mixtral's)."""
+    inner = max(8, hidden * 3 // 8)
+    fits = MOE_WEIGHTS // (3 * inner * hidden)
+    experts = max(4, min(MOE_EXPERTS, hidden // 16, 1 << max(fits.bit_length() - 1, 0)))
+    return inner, experts, max(2, experts // 16)
+
+
+def _moe_experts(x: torch.Tensor, dy: torch.Tensor, backward: bool) -> tuple:
+    """x as a layer's hidden states (tokens, hidden), each token routed to distinct experts; weights scaled
+    by 1/sqrt(fan-in) so that half precision stays in range."""
+    tokens, hidden = x.shape
+    inner, experts, top_k = moe_layer(hidden)
+    device, dtype = x.device, x.dtype
+    indices = torch.rand(tokens, experts, device=device).argsort(1)[:, :top_k]
+    weights = torch.rand(tokens, top_k, device=device, dtype=dtype)
+    gate_up = torch.randn(experts, 2 * inner, hidden, device=device, dtype=dtype) / hidden ** 0.5
+    down = torch.randn(experts, hidden, inner, device=device, dtype=dtype) / inner ** 0.5
+    args = (x, indices, weights, gate_up, down, None, None, "silu", False, False, 7.0, 1.702, "sum")
+    return (dy, *args) if backward else args
+
+
 def _declared_args() -> dict[str, CalibArgs]:
     """The ops of ``python_native.ops`` model patching calls (``DECLARED``), from the same ``x`` and ``dy``:
     the norm in Llama's casting mode, gated activations on two operands shaped as x, rotary on x as
-    one sequence of 128-wide heads (a quarter as many key heads)."""
+    one sequence of 128-wide heads (a quarter as many key heads), the MoE ops at Qwen3-MoE's routing."""
     def other(x: torch.Tensor) -> torch.Tensor:
         return torch.randn_like(x)
 
@@ -132,13 +174,16 @@ def _declared_args() -> dict[str, CalibArgs]:
         "rotary_backward": lambda x, dy: (*heads(x), 1),
         "gelu_tanh": lambda x, dy: (x,), "gelu_tanh_backward": lambda x, dy: (dy, x),
         "quick_gelu": lambda x, dy: (x,), "quick_gelu_backward": lambda x, dy: (dy, x),
+        "moe_route": lambda x, dy: _moe_route(x, dy, False), "moe_route_backward": lambda x, dy: _moe_route(x, dy, True),
+        "moe_experts": lambda x, dy: _moe_experts(x, dy, False),
+        "moe_experts_backward": lambda x, dy: _moe_experts(x, dy, True),
     }
 
 
 # Calibrated ops of the ``python_native`` namespace (``python_native.ops``), by their symbol.
 DECLARED = frozenset({"rms_norm", "rms_norm_backward", "swiglu", "swiglu_backward", "geglu", "geglu_backward",
                       "rotary", "rotary_backward", "gelu_tanh", "gelu_tanh_backward", "quick_gelu",
-                      "quick_gelu_backward"})
+                      "quick_gelu_backward", "moe_route", "moe_route_backward", "moe_experts", "moe_experts_backward"})
 
 
 def aten_op(symbol: str) -> Any:
