@@ -158,7 +158,7 @@ def test_dump_dir_problem_clears_once_writable(tmp_path, monkeypatch, overrides,
         overrides("sub.Tensor", always, marked_sub)
     assert faults.problem_of("PYTHON_NATIVE_DUMP_DIR")
     monkeypatch.setenv("PYTHON_NATIVE_DUMP_DIR", str(tmp_path / "ok"))
-    with pn.trace():  # new (traced) router variants: dumped
+    with pn.trace():  # new (traced) routers: dumped
         pass
     assert faults.problem_of("PYTHON_NATIVE_DUMP_DIR") is None and list((tmp_path / "ok").iterdir())
 

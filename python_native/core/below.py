@@ -13,7 +13,7 @@ of ``bernoulli_`` also goes to aten when the Python function calling it is that 
 
 Nothing here costs an untouched call: the guard is set only by the routers of switched-off outer
 ops, and checked only by the routers of their inner ops, and only while an outer op is off (the
-registry picks those router variants in ``refresh``). Direct calls of an inner op outside a
+registry generates those routers in ``refresh``). Direct calls of an inner op outside a
 switched-off outer op run its overrides as before.
 """
 
@@ -36,7 +36,7 @@ class _Below(threading.local):
 
 
 STATE = _Below()
-# What the router variants that set or check the guard name.
+# What the routers that set or check the guard name.
 GLOBALS: dict[str, Any] = {"_pn_below": STATE, "_pn_getframe": sys._getframe, "_pn_callers": {}}
 
 # aten kernels that call other overridable ops through the dispatcher: key -> {outer op: inner ops}.

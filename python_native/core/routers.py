@@ -3,7 +3,7 @@
 A slot's router is regenerated for each set of active overrides (and traced or not) and cached
 per slot, so a toggle back to a set seen before is a dict lookup and one ``__code__`` assignment.
 Each override's pieces live in the slot's namespace as ``_pn_cond_<uid>``, ``_pn_impl_<uid>``,
-``_pn_label_<uid>``, ``_pn_event_<uid>`` and ``_pn_explain_<uid>`` (asked by traced variants only,
+``_pn_label_<uid>``, ``_pn_event_<uid>`` and ``_pn_explain_<uid>`` (asked by traced routers only,
 on a decline): the generated code names them, never the handle.
 """
 
@@ -20,7 +20,7 @@ from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
 from python_native.foundations import codegen, schema
 
-MAX_CACHED_VARIANTS = 64
+MAX_CACHED_ROUTERS = 64
 _PER_OVERRIDE_GLOBALS = ("_pn_cond_", "_pn_impl_", "_pn_label_", "_pn_event_", "_pn_explain_")
 
 
@@ -59,11 +59,11 @@ def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_k
     suffix = "_".join(str(o.uid) for o in active) or "none"
     marks = "".join(m for m, on in (("__traced", traced), ("__below", guards), ("__checked", checked)) if on)
     filename = f"{slot.file_stem}__{suffix}{marks}.py"
-    # The code's file name is the slot's, not the variant's: a name per variant would be a new
+    # The code's file name is the slot's, not the active set's: a name per set would be a new
     # string kept by the interpreter for every registration; the source's first line names them.
     code = codegen.compile_router(source, f"<python_native router {slot.file_stem}>")
     codegen.dump(source, filename)
-    if len(slot.codes) >= MAX_CACHED_VARIANTS:
+    if len(slot.codes) >= MAX_CACHED_ROUTERS:
         slot.codes.clear()
     slot.codes[cache_key] = (source, code)
     return source, code

@@ -54,7 +54,7 @@ class Slot:
         self.library: torch.library.Library | None = None  # holds only this slot's registration
         self.holder: Any = None  # the dispatcher's holder of ``entry`` while registered (a SafeKernelFunction)
         self.shadowed = ""  # the dispatcher's description of the kernel the fallback captured
-        self.codes: dict[tuple, tuple[str, Any]] = {}  # compiled router variants, by active set
+        self.codes: dict[tuple, tuple[str, Any]] = {}  # compiled routers, by active set (and traced, guarded)
         self.current_source = ""
         self.active: tuple[OverrideHandle, ...] = ()  # what the router routes to now, in order
         self.traced = False  # whether the router records trace events now

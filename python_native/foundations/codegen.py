@@ -3,8 +3,8 @@
 A router has the op's own signature, tests the active overrides' conds in order, calls the first
 matching impl directly (no second trip through the dispatcher) and ends with the kernel captured
 from the dispatcher (captured again if it went stale). Everything known at (re)generation time is baked in: which overrides are
-active, which are unconditional, the mutation epilogue of derived variants, whether calls are
-traced. Every variant of a slot shares one signature, so swapping a slot to another variant is an
+active, which are unconditional, the mutation epilogue of derived in-place and ``out=`` ops, whether calls are
+traced. Every router generated for a slot shares one signature, so swapping a slot to another is an
 assignment to the registered function's ``__code__``: atomic, and in-flight calls keep the code
 they started with.
 """
@@ -168,12 +168,12 @@ def router_source(
     checked: bool = False,
     callers: bool = False,
 ) -> str:
-    """Source of one router variant for ``sig`` running ``steps`` in order.
+    """Source of one router for ``sig`` running ``steps`` in order.
 
-    A traced variant also collects why each override was passed over (``_pn_why``): on a decline it
-    asks the override's explainer (only there: untraced variants never call it), and it hands the
+    A traced router also collects why each override was passed over (``_pn_why``): on a decline it
+    asks the override's explainer (only there: untraced routers never call it), and it hands the
     list to the fallback's trace event. ``below`` runs the fallback inside the guard of
-    ``core.below``; ``checked`` (and ``callers``) make the variant go straight to the captured
+    ``core.below``; ``checked`` (and ``callers``) make the router go straight to the captured
     kernel, untraced, while that guard is up.
     """
     lines = [f"# {comment}", _header(sig)]
