@@ -1,5 +1,5 @@
 """``pn.patch`` on the MoE families beyond those of ``test_moe.py``: GraniteMoE (plain, with a shared
-expert, hybrid with Mamba), Qwen2-MoE (shared expert and its gate), Jamba, PhiMoE and the other
+expert, hybrid with Mamba), Qwen2-MoE (shared expert and its gate), Jamba, PhiMoE, Laguna and the other
 families whose experts are stacked; Llama 4's experts and router, which the ops cannot reproduce,
 are left to the modules with the reason. Every routed router and experts call reaches an override
 (forward and backward, from the trace), one training step gives the unpatched loss and gradients
@@ -27,7 +27,8 @@ FAMILIES = {"granitemoe": {"num_experts_per_tok": 2, "intermediate_size": 32},
             "granitemoehybrid": {"num_experts_per_tok": 2, "intermediate_size": 32, "shared_intermediate_size": 32},
             "qwen2_moe": {"num_experts_per_tok": 3, "norm_topk_prob": True},
             "jamba": {"num_experts_per_tok": 2, "intermediate_size": 32},
-            "phimoe": {"num_experts_per_tok": 2, "intermediate_size": 32}}
+            "phimoe": {"num_experts_per_tok": 2, "intermediate_size": 32},
+            "laguna": {"num_experts_per_tok": 2}}  # its sigmoid router's correction bias a frozen parameter
 ROUTER_LEFT_ALONE = {"phimoe"}  # its sparsemixer router jitters its input in place and samples its experts
 # more families whose experts and routers the rules take as they are (a dry run: no step)
 ALSO_TAKEN = ["cohere2_moe", "flex_olmo", "minimax", "qwen3_next", "granitemoe_swa", "glm4_moe", "deepseek_v2",

@@ -216,10 +216,18 @@ class RouterPlan:
                 + ("; returns dense weights and indices" if self.dense else ""))
 
 
+def _frozen_vectors(module: nn.Module, experts: int) -> list[str]:
+    """Own buffers, and parameters that take no gradient, of one value per expert: a correction bias
+    (Laguna keeps its own as a frozen parameter)."""
+    frozen = [(n, p) for n, p in module.named_parameters(recurse=False) if not p.requires_grad]
+    return [n for n, t in [*module.named_buffers(recurse=False), *frozen] if tuple(t.shape) == (experts,)]
+
+
 def _router_params(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     params = dict(module.named_parameters(recurse=False))
     weight = params.get("weight")
-    if set(params) - {"weight", "bias"} or weight is None or weight.dim() != 2 or any(True for _ in module.children()):
+    frozen = set(_frozen_vectors(module, weight.shape[0])) if isinstance(weight, torch.Tensor) else set()
+    if set(params) - {"weight", "bias"} - frozen or weight is None or weight.dim() != 2 or any(True for _ in module.children()):
         return None
     bias = params.get("bias")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
@@ -236,7 +244,7 @@ def _route_candidates(module: nn.Module, experts: int) -> list[tuple[tuple, str 
         (("softmax", False, renorm, 0.0, 1, 1, 1.0, keep), None)
         for renorm, keep in itertools.product((True, False), (False, True))]
     found.append((("softmax", True, False, 0.0, 1, 1, 1.0, False), None))
-    buffers = [n for n, b in module.named_buffers(recurse=False) if tuple(b.shape) == (experts,)]
+    buffers = _frozen_vectors(module, experts)
     groups = getattr(module, "num_group", getattr(module, "n_group", 1))
     topk_group = getattr(module, "topk_group", 1)
     scaling = getattr(module, "routed_scaling_factor", 1.0)
