@@ -12,8 +12,16 @@ import pytest
 import torch
 from calibration_testing import FAKE_DEVICE, FAKE_GPU
 
+import python_native_dsls.triton as triton_backend
 from python_native.features import calibration
 from python_native.features.calibration import measure
+
+# Tests that time the Triton kernels behind the CPU key as a fake GPU's need them there: under
+# Triton's interpreter. Where they run on a real GPU (the CUDA key), nothing serves the CPU key, and
+# the real GPU the fake one stands for is tested as itself.
+TRITON_AT_CPU = triton_backend.dispatch_key() == "CPU"
+NOT_AT_CPU = ("the Triton kernels serve a real GPU here (the CUDA key), not the CPU key this test dresses "
+              "up as a fake GPU")
 
 
 class FakeClock:

@@ -114,7 +114,8 @@ def test_the_status_report_says_whether_replay_is_on_and_why(decided, monkeypatc
 
 
 def test_proving_needs_a_gpu_and_says_so():
-    env = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1"}
+    # No GPU visible to the command, on a machine with one too.
+    env = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-m", "python_native", "bench", "--prove-replay"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "--prove-replay needs a CUDA GPU" in proc.stderr, proc.stderr[-2000:]
