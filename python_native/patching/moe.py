@@ -3,21 +3,31 @@
 ``moe_experts`` takes a module whose own parameters are a stacked ``gate_up_proj`` and ``down_proj``
 (3-D, the first dim the experts; optionally ``gate_up_proj_bias`` and ``down_proj_bias``), whose
 children hold no parameters (its activation), and whose forward takes ``(hidden_states, indices,
-weights)``: transformers 5.x's ``*Experts`` modules (Mixtral, Qwen3-MoE, OLMoE, GPT-OSS, DeepSeek-V3),
-whichever experts implementation their config runs. The shapes say whether the weights are stored
-transposed; the probe finds the rest: gate and up concatenated or interleaved, the activation
-(SiLU, GELU, tanh-GELU, or GPT-OSS's clamped SwiGLU with the module's ``limit`` and ``alpha``) and
-how each token's experts are summed (the eager loop's expert order, or ``grouped_mm``'s top-k order).
+weights)``: transformers 5.x's ``*Experts`` modules (Mixtral, Qwen2/3-MoE, OLMoE, GPT-OSS, DeepSeek-V2/V3,
+GraniteMoE and its shared and hybrid kinds, Jamba, PhiMoE, Laguna, GLM-4-MoE, MiniMax...), whichever
+experts implementation their config runs; or, as transformers before 5.0 wrote GPT-OSS's, the
+hidden states with ``router_indices`` and dense (tokens, experts) ``routing_weights`` by keyword.
+The shapes say whether the weights are stored transposed; the probe finds the rest: gate and up
+concatenated or interleaved, the activation (SiLU, GELU, tanh-GELU, or GPT-OSS's clamped SwiGLU with
+the module's ``limit`` and ``alpha``) and how each token's experts are summed (the eager loop's
+expert order, or ``grouped_mm``'s top-k order). Experts whose forward takes only the hidden states
+(Llama 4's: every expert runs every token, the routing scores applied to its inputs) are left alone
+with that reason: the op weighs the experts' outputs.
 
 ``moe_router`` takes a module with a ``weight`` of (experts, hidden), an optional ``bias`` of
 (experts), an integer ``top_k``, no children and a forward of one tensor that returns ``(logits,
-weights, indices)``: the routers' linear layer, then ``moe_route`` in the variant the probe finds
-(softmax then top-k, renormalised or not, kept in fp32 or cast back; top-k then softmax; sigmoid
-with the module's correction bias, groups and scaling factor).
+weights, indices)`` (or, GPT-OSS before 5.0, the weights scattered to (tokens, experts) and the
+indices): the routers' linear layer, then ``moe_route`` in the variant the probe finds (softmax
+then top-k, renormalised or not, kept in fp32 or cast back; top-k then softmax; sigmoid with the
+module's correction bias, a buffer or a frozen parameter, groups and scaling factor). A router
+returning other tensors (Llama 4's dense scores and logits) or drawing random numbers (a sampling
+router) is left alone, saying which; PhiMoE's, which jitters its input in place, is refused before
+any probe (``effects``).
 
 Both probe in the module's dtype, on random parameters (routers start at zero), and route only calls
-in the dtype they confirmed. A shared expert is a plain gated MLP (DeepSeek-V3's, Qwen2-MoE's), which
-the gated-MLP rule takes.
+in the dtype they confirmed. A shared expert is a plain gated MLP (DeepSeek-V3's, Qwen2-MoE's,
+GraniteMoE-shared's), which the gated-MLP rule takes; Qwen2-MoE's shared-expert gate, one linear
+output per token, stays aten's.
 """
 
 from __future__ import annotations
