@@ -88,7 +88,7 @@ def test_compile_events_name_op_variant_key_and_seconds(how):
     else:
         proc = run("import torch; torch._logging.set_logs(modules={\"python_native_compile\": True}); " + SOFTMAX)
     lines = ours(proc)
-    assert len(lines) == 1, proc.stderr  # the second call reuses the first launch's variant; no registration lines
+    assert len(lines) == 1, proc.stderr  # the second call reuses the first launch's specialization; no registration lines
     assert "[__python_native_compile] python_native: triton compiled _softmax_fwd_kernel for op _softmax, " \
            "_log_softmax (variant default) at CPU in " in lines[0]
     assert " s (LOG=False, BLOCK_M=" in lines[0] and lines[0].endswith("interpreted)")

@@ -1,6 +1,6 @@
-"""Specialization keys: what a compiled kernel variant depends on, built cheaply per call.
+"""Specialization keys: what a compiled kernel specialization depends on, built cheaply per call.
 
-Kernels that compile per shape, dtype or stride look their variant up with ``key(*args)``.
+Kernels that compile per shape, dtype or stride look their specialization up with ``key(*args)``.
 Exact ``torch.Tensor`` arguments take the fast path (the ``size()`` and ``stride()`` tuples
 themselves, no per-dimension Python loop). Tensor subclasses and FakeTensors take a safe path
 that turns symbolic sizes into their concrete hints, so a FakeTensor and a real tensor of the same
@@ -62,7 +62,7 @@ def _arg_key(a: Any) -> Hashable:
 
 
 class SpecializationCache(Generic[T]):
-    """Compiled variants by specialization key; building a missing one happens once per key."""
+    """Compiled specializations by key; building a missing one happens once per key."""
 
     def __init__(self, build: Callable[..., T], max_entries: int = 1024):
         self._build = build
@@ -76,7 +76,7 @@ class SpecializationCache(Generic[T]):
         _caches.add(self)
 
     def get(self, k: Hashable, *build_args: Any) -> T:
-        """The variant for key ``k``, built with ``build(*build_args)`` on first use."""
+        """The specialization for key ``k``, built with ``build(*build_args)`` on first use."""
         try:
             return self._entries[k]
         except KeyError:
@@ -92,7 +92,7 @@ class SpecializationCache(Generic[T]):
         return len(self._entries)
 
     def clear(self) -> None:
-        """Forget every variant (they are built again on next use)."""
+        """Forget every specialization (they are built again on next use)."""
         with self._lock:
             self._entries.clear()
 

@@ -1,7 +1,7 @@
 """``pn.trace()``: a record of every routed call, paid for only while a trace is open.
 
 Routers without recording run when no trace is open; opening the first trace swaps every slot
-to its recording variant and closing the last one swaps them back (see ``registry``). A trace
+to its recording router and closing the last one swaps them back (see ``registry``). A trace
 keeps at most ``capacity`` events (``DEFAULT_CAPACITY`` unless given) and counts the rest in
 ``dropped``, so a trace left open cannot grow without limit; each event is a slotted record whose
 strings are shared (reasons are kept once each, at most ``MAX_REASON`` characters).

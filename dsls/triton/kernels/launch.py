@@ -1,7 +1,7 @@
 """The launcher every kernel goes through, and what the kernels share besides (a rounding cast).
 
 ``Launcher`` replaces ``kernel[grid](...)`` on the hot path. Triton's ``JITFunction.run`` binds and
-specializes every argument on every call; after the first launch of a variant the launcher keeps
+specializes every argument on every call; after the first launch of a specialization the launcher keeps
 the compiled kernel under a cheap key (constexprs, warps, and per argument what Triton specializes
 on: dtype and 16-byte alignment of pointers, ``== 1`` / divisibility by 16 / width of ints) and
 calls its low-level launcher directly, the way ``JITFunction.run`` itself does. Anything unusual
@@ -58,8 +58,8 @@ LaunchFn = Callable[["Launcher", tuple, tuple, int, tuple], Any]
 _INTERPRETER_LOCK = threading.Lock()
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _Tensor = torch.Tensor
-# Compiled variants kept per kernel; past this many the table starts over (Triton keeps its own).
-_MAX_VARIANTS = 256
+# Compiled specializations kept per kernel; past this many the table starts over (Triton keeps its own).
+_MAX_SPECIALIZATIONS = 256
 _RECORDERS = launches.RECORDERS
 
 
@@ -136,7 +136,7 @@ class Launcher:
     constexpr values follow in ``constexprs`` order. ``fresh`` names the pointer parameters every
     caller passes a tensor it has just allocated (an output): the allocator aligns those, so a
     planned launch does not check their alignment again. ``op`` names the op(s) the kernel serves,
-    for compile events (``TORCH_LOGS=python_native_compile``): the first launch of each variant
+    for compile events (``TORCH_LOGS=python_native_compile``): the first launch of each specialization
     (constexprs and warps, per device) is its compile, timed and logged.
     """
 
@@ -151,7 +151,7 @@ class Launcher:
         self._fresh = frozenset(names.index(name) for name in fresh)
         self.name = getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel")
         self.op = op or self.name
-        self._launched: set[tuple] = set()  # variants launched once (compiled), for compile events
+        self._launched: set[tuple] = set()  # specializations launched once (compiled), for compile events
         self._compiled: dict[tuple, Any] = {}
         # plan -> (device, launch, prefix, positions of the tensors whose alignment each call checks)
         self._planned: dict[Any, tuple] = {}
@@ -202,7 +202,7 @@ class Launcher:
             return
         compiled = self._noted_launch(device, grid, args, num_warps, constexprs)
         if compiled_usable(compiled):
-            if len(self._compiled) >= _MAX_VARIANTS:
+            if len(self._compiled) >= _MAX_SPECIALIZATIONS:
                 self._compiled.clear()
             self._compiled[key] = bind(compiled)
 
@@ -274,7 +274,7 @@ class Launcher:
         self._planned.clear()
 
     def _remember_plan(self, device: int, plan: Any, args: tuple, num_warps: int, constexprs: tuple) -> None:
-        """Bind ``plan`` to the compiled variant the call just used, when all its pointers were
+        """Bind ``plan`` to the compiled specialization the call just used, when all its pointers were
         aligned; later calls check the alignment of every tensor argument but the fresh outputs."""
         pointers = []
         for i, a in enumerate(args):
@@ -285,7 +285,7 @@ class Launcher:
                     pointers.append(i)
         bound = self._compiled.get((device, constexprs, num_warps, spec_key(args)))
         if bound is not None and self._hooks_idle():
-            if len(self._planned) >= _MAX_VARIANTS:
+            if len(self._planned) >= _MAX_SPECIALIZATIONS:
                 self._planned.clear()
             self._planned[plan] = (device, *bound, tuple(pointers))
 
@@ -306,15 +306,15 @@ class Launcher:
         )
 
     def _noted_launch(self, device: int, grid: tuple, args: tuple, num_warps: int, constexprs: tuple) -> Any:
-        """``_launch``; the first launch of a variant on a device is its compile: timed and logged."""
-        variant = (device, constexprs, num_warps)
-        if variant in self._launched:
+        """``_launch``; the first launch of a specialization on a device is its compile: timed and logged."""
+        specialization = (device, constexprs, num_warps)
+        if specialization in self._launched:
             return self._launch(grid, args, num_warps, constexprs)
         start = time.perf_counter()
         compiled = self._launch(grid, args, num_warps, constexprs)
-        if len(self._launched) >= _MAX_VARIANTS:
+        if len(self._launched) >= _MAX_SPECIALIZATIONS:
             self._launched.clear()
-        self._launched.add(variant)
+        self._launched.add(specialization)
         if logs.compile_logging():
             seconds = time.perf_counter() - start
             detail = ", ".join(f"{k}={v}" for k, v in zip(self.constexprs, constexprs, strict=True))

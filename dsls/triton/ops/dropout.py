@@ -32,7 +32,7 @@ from ..target import DSL_NAME
 from . import why
 
 Tensor = torch.Tensor
-_DROPOUT, _BERNOULLI, _MASKED_SCALE = 0, 1, 2  # kernel variants, part of each launch key
+_DROPOUT, _BERNOULLI, _MASKED_SCALE = 0, 1, 2  # kernel modes, part of each launch key
 
 
 def _suggested_format_dense(t: Tensor) -> bool:

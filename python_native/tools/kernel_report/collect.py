@@ -3,7 +3,7 @@
 ``collect`` walks ``bench.rows.cases`` (the LLM rows and the grid, per dtype), records each row's
 aten calls (``calls``), lets every Triton override that takes one plan and launch it
 (``launches``), counts each launch's bytes in the interpreter (``traffic``) and compiles each
-distinct variant for the target (``compile``). Figures are plain dicts, ready for ``--json``.
+distinct specialization for the target (``compile``). Figures are plain dicts, ready for ``--json``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from python_native.tools.bench import rows
 from python_native.tools.kernel_report import arch as arch_table
 from python_native.tools.kernel_report import calls as call_records
-from python_native.tools.kernel_report.compile import compile_all, request, variant_key
+from python_native.tools.kernel_report.compile import compile_all, request, specialization_key
 from python_native.tools.kernel_report.launches import Launch, PlannedCall, plan_call
 from python_native.tools.kernel_report.model import COPY_EFFICIENCY, launch_time
 from python_native.tools.kernel_report.traffic import Traffic, count
@@ -69,7 +69,7 @@ def _launch_figures(planned: PlannedCall, launch: Launch, with_traffic: bool, ar
     figures: dict[str, Any] = {
         "kernel": launch.name, "grid": list(launch.grid), "programs": launch.programs, "num_warps": launch.num_warps,
         "constexprs": {k: v if isinstance(v, (int, float, bool, str, type(None))) else str(v)
-                       for k, v in launch.constexprs.items()}, "variant": variant_key(launch, arch), "request": request(launch),
+                       for k, v in launch.constexprs.items()}, "specialization": specialization_key(launch, arch), "request": request(launch),
     }
     if not with_traffic:
         return figures
@@ -136,7 +136,7 @@ def collect(
                                      "output_bytes": sum(t.numel() * t.element_size() for t in planned.outputs)}
             entry["launches"] = [_launch_figures(planned, launch, with_traffic, arch_name) for launch in planned.launches]
             for launch in entry["launches"]:
-                requests.setdefault(launch["variant"], launch["request"])
+                requests.setdefault(launch["specialization"], launch["request"])
             if with_traffic and planned.launches and all("bytes" in launch for launch in entry["launches"]):
                 entry["minimum"] = _minimum(entry)
                 entry["bytes"] = sum(launch["bytes"] for launch in entry["launches"])
@@ -161,7 +161,7 @@ def _predict(case: dict, figures: dict[tuple, dict], a: arch_table.Arch) -> None
     total_us = 0.0
     for call in case["calls"]:
         for launch in call["launches"]:
-            fig = figures[launch.pop("variant")]
+            fig = figures[launch.pop("specialization")]
             launch.pop("request")
             launch["compiled"] = fig
             if "error" in fig:

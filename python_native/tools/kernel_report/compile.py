@@ -1,8 +1,8 @@
-"""Ahead-of-time compiles of the recorded launches, one per distinct compiled variant.
+"""Ahead-of-time compiles of the recorded launches, one per distinct compiled specialization.
 
-A variant is what Triton compiles a launch into: the kernel, the dtype and 16-byte alignment of
+A specialization is what Triton compiles a launch into: the kernel, the dtype and 16-byte alignment of
 each pointer, what it specializes each int on (equal to 1, a multiple of 16), the constexprs and
-the warps (``launch.spec_key`` is that key). Variants compile in a worker process
+the warps (``launch.spec_key`` is that key). Specializations compile in a worker process
 (``compile_worker``) with the interpreter off; results are remembered per process and Triton's
 own cache dir keeps the binaries, so a second run only reads them.
 """
@@ -24,7 +24,7 @@ from python_native.tools.kernel_report.launches import Launch
 _results: dict[tuple, dict] = {}
 
 
-def variant_key(launch: Launch, arch: str) -> tuple:
+def specialization_key(launch: Launch, arch: str) -> tuple:
     from python_native_dsls.triton.kernels.launch import spec_key
 
     fn = getattr(launch.kernel, "fn", launch.kernel)
@@ -59,8 +59,8 @@ def _worker_env() -> dict[str, str]:
 
 
 def compile_all(requests_by_key: dict[tuple, dict], capability: int) -> dict[tuple, dict]:
-    """Figures of every variant (``variant_key`` -> ``request``): compiled once per process, the
-    variants shared out over one worker per CPU core."""
+    """Figures of every specialization (``specialization_key`` -> ``request``): compiled once per
+    process, the specializations shared out over one worker per CPU core."""
     pending = [(key, req) for key, req in requests_by_key.items() if key not in _results]
     workers = max(1, min(os.cpu_count() or 1, 8, len(pending)))
     shares = [share for share in (pending[i::workers] for i in range(workers)) if share]

@@ -10,7 +10,7 @@ runs: Triton IR, PTX, then the ptxas shipped in Triton's wheel), cached in Trito
 shared memory and warps from the compiled kernel's metadata; registers and local memory (spills)
 from ``cuobjdump -res-usage`` on the cubin, since the driver that reports them at load time needs a GPU.
 Per kernel too: the int32 address arithmetic that can pass 2**31 (``offsets``), read from the TTIR
-of the variant with every int argument an int32.
+of the specialization with every int argument an int32.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _generic(a: Any) -> Any:
 
 def int32_sites(request: dict, capability: int) -> list[str]:
     """The int32 address arithmetic of the kernel that can pass 2**31 (``offsets``), read from the
-    Triton IR of its variant with every int argument an int32: front end and TTIR passes only."""
+    Triton IR of its specialization with every int argument an int32: front end and TTIR passes only."""
     from triton._C.libtriton import ir
     from triton.compiler.compiler import Language
 
