@@ -27,10 +27,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from python_native_dsls.conds import FLOAT32, Guards, make_cond, params_of
 from python_native_dsls.spec import OverrideSpec, has_kernel, runtime_import
+
+if TYPE_CHECKING:
+    from python_native_dsls.proving import BenchRow, Driver
 
 __all__ = ["FLOAT32", "Built", "Family", "Op", "PlanOrWhy", "discover", "forget_kernels", "installable",
            "kernel_loader", "library"]
@@ -49,6 +52,10 @@ class Op:
     ``check(plan, *args)`` adds what no key can hold (memory overlap of in-place arguments): a
     reason, or None. ``impl`` receives the plan as ``plan=``. ``bench`` names the rows of
     ``python -m python_native bench`` that reach the op; ``replayable`` is ``OverrideSpec``'s.
+
+    What the tools need of the op is declared here too (``python_native_dsls.proving``): ``verify``,
+    a forward's ``Driver`` (its cases, and the backward ops they reach), and ``bench_rows``, rows the
+    benchmark (and ``inspect``, which plans its rows) measures; their names join ``bench``.
 
     ``nondeterministic`` says why the kernels' results can vary from run to run (atomics adding in
     no fixed order): the cond then declines under ``torch.use_deterministic_algorithms(True)``,
@@ -75,6 +82,13 @@ class Op:
     nondeterministic: str | None = None
     deterministic_when: str | None = None
     scalars: Mapping[str, str] = field(default_factory=dict)
+    verify: Driver | None = None
+    bench_rows: tuple[BenchRow, ...] = ()
+
+    def __post_init__(self) -> None:
+        declared = tuple(r.name for r in self.bench_rows if r.name not in self.bench)
+        if declared:
+            object.__setattr__(self, "bench", (*self.bench, *declared))
 
 
 @dataclass

@@ -14,6 +14,7 @@ order, and the results keep the input's layout.
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -21,6 +22,7 @@ import torch
 from python_native.ops import rms_norm_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.family import Family, Op
 from python_native_dsls.layout import Rows, as_rows
+from python_native_dsls.proving import BenchRow, Driver, Sample, elementwise_bytes, leaf, rand
 
 from ..plans.layout import MAX_NORM_BWD_COLS, MAX_NORM_COLS, row_fits
 from ..plans.rows import NormPlan, RmsMode, norm_plan
@@ -130,9 +132,65 @@ def rms_norm_backward_impl(grad_output: Tensor, input: Tensor, weight: Tensor, e
     return _permuted(dx, plan.inverse), dw
 
 
+def _ops():
+    return torch.ops.python_native
+
+
+def _cases(dtype: torch.dtype, device: str):
+    """``verify``'s cases, in each casting mode: odd widths, row slices, a q/k norm over the head dim,
+    large magnitudes, a float32 weight on a half-precision input."""
+    modes = {"Llama": (0.0, False), "Llama, 1 + weight": (1.0, False), "Gemma": (1.0, True)}
+    inputs = {
+        "odd width": rand(3, 37, dtype=dtype, device=device),
+        "row slices": rand(4, 96, dtype=dtype, device=device)[:, :64],
+        "q/k norm over the head dim": rand(2, 3, 4, 16, dtype=dtype, device=device),
+        "1e4 scale": rand(2, 24, dtype=dtype, device=device, scale=1e4),
+    }
+    for (mode, (offset, fp32)), (name, x) in zip(itertools.cycle(modes.items()), inputs.items()):
+        w = rand(x.shape[-1], dtype=dtype, device=device, scale=0.3)
+        yield Sample(f"{mode}: {name}",
+                     lambda x, w, _o=offset, _f=fp32: _ops().rms_norm(x, w, 1e-6, _o, _f), [x, w])
+    x = rand(4, 40, dtype=dtype, device=device)
+    yield Sample("Llama: float32 weight", lambda x, w: _ops().rms_norm(x, w, 1e-6),
+                 [x, rand(40, dtype=torch.float32, device=device)])
+
+
+def _inputs(gemma: bool):
+    def inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool) -> dict:
+        m, n = shape
+        x = leaf(torch.randn(m, n, device=device, dtype=dtype), grad)
+        w = leaf(torch.randn(n, device=device, dtype=dtype) * (0.1 if gemma else 1.0), grad)
+        dy = torch.randn(m, n, device=device, dtype=dtype) if grad else None
+        return {"x": x, "w": w, "leaves": [x, w] if grad else [], "dy": dy}
+    return inputs
+
+
+def _formula(offset: float, weight_in_fp32: bool):
+    """The norm as transformers' modules write it: Llama's (cast back, then weighted) or Gemma's."""
+    def formula(t: dict) -> Tensor:
+        x, w = t["x"], t["w"]
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        if weight_in_fp32:
+            return (h * (offset + w.float())).to(x.dtype)
+        return (w if offset == 0.0 else offset + w) * h.to(x.dtype)
+    return formula
+
+
+# Hidden states of 4096 to 16384 columns, and q/k norms over a head dim of 128; x, y move (backward: x,
+# dy, dx too; the weight is small).
+_BENCH = (
+    BenchRow("rms_norm_llama", ((4, 64),), ((16384, 4096), (8192, 8192), (4096, 16384), (262144, 128)),
+             _inputs(False), lambda t: _ops().rms_norm(t["x"], t["w"], 1e-6), elementwise_bytes(2, 5),
+             _formula(0.0, False)),
+    BenchRow("rms_norm_gemma", ((4, 64),), ((16384, 4096), (262144, 128)), _inputs(True),
+             lambda t: _ops().rms_norm(t["x"], t["w"], 1e-6, 1.0, True), elementwise_bytes(2, 5),
+             _formula(1.0, True)),
+)
+
 FAMILY = Family(DSL_NAME, "model_rms_norm", [
     Op("rms_norm", forward_plan_or_why, rms_norm_impl, ("input", "weight", "eps", "offset", "weight_in_fp32"),
-       public_name="rms_norm", measured=False, lib=NAMESPACE, bench=("rms_norm_llama", "rms_norm_gemma")),
+       public_name="rms_norm", measured=False, lib=NAMESPACE, verify=Driver(_cases), bench_rows=_BENCH),
     Op("rms_norm_backward", backward_plan_or_why, rms_norm_backward_impl,
        ("grad_output", "input", "weight", "eps", "offset", "weight_in_fp32"), public_name="rms_norm",
        backward=True, measured=False, lib=NAMESPACE, bench=("rms_norm_llama", "rms_norm_gemma")),

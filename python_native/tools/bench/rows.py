@@ -220,11 +220,9 @@ def make_inputs(case: Case, device: str) -> Inputs:
 def _reached() -> list[tuple[str, str]]:
     """``(row, op symbol)`` for every benchmark row an op of a built-in family names (``Op.bench``),
     in family order."""
-    from python_native_dsls.cutedsl.ops import families as cutedsl_families
-    from python_native_dsls.triton.ops import families as triton_families
+    from python_native_dsls.catalogue import built_ops
 
-    return [(row, b.spec.op) for family in [*triton_families(), *cutedsl_families()] for b in family
-            for row in b.op.bench]
+    return [(row, b.spec.op) for b in built_ops() for row in b.op.bench]
 
 
 def symbols_of(ops: Sequence[str]) -> list[str]:

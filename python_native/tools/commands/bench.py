@@ -12,17 +12,24 @@ from python_native.tools.commands.usage import UsageError, report, writable_file
 HELP = "benchmark the overrides against aten on this device, or write a calibration table (--calibrate)"
 
 
+class _RowsHelp(str):
+    """A help text whose ``{rows}`` is the benchmark's rows (the ops' declarations among them), read
+    only when the help is printed (argparse formats it with ``%``): building the parser stays cheap."""
+
+    def __mod__(self, params: object) -> str:
+        from python_native.tools.bench import OPS
+
+        return str.__mod__(self.replace("{rows}", ", ".join(OPS)), params)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # No import of python_native.tools.bench here: building the CLI parser must stay cheap for the status report.
     parser.add_argument("--quick", action="store_true", help="tiny shapes (what the Triton interpreter can run)")
     parser.add_argument("--dtype", "--dtypes", dest="dtypes", action="append", metavar="D",
                         help="only this dtype (repeatable, or a comma list): float32, float16, bfloat16 (default: all)")
     parser.add_argument("--op", "--ops", dest="ops", action="append", metavar="NAME",
-                        help="only this op (repeatable, or a comma list): a row, rms_norm, layer_norm, softmax, log_softmax, silu, gelu, "
-                        "gelu_tanh, bmm_outer, group_norm, group_norm_cl, dropout, sum, sum_dim0, mean, prod, amax, "
-                        "amin, argmax, argmin, max_dim, min_dim, topk, scatter_add, index_add, rms_norm_llama, rms_norm_gemma, "
-                        "swiglu, swiglu_chunked, geglu, rotary, gelu_tanh_formula, quick_gelu, moe_route, moe_experts; or any op name "
-                        "the panel takes (_softmax, bmm, ...), selecting the rows that reach it")
+                        help=_RowsHelp("only this op (repeatable, or a comma list): a row, {rows}; or any op name "
+                                       "the panel takes (_softmax, bmm, ...), selecting the rows that reach it"))
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     parser.add_argument("--save-json", metavar="FILE", default=None,
                         help="also write the rows and the environment as JSON to FILE (the table still prints)")

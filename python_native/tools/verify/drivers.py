@@ -1,11 +1,32 @@
-"""Every op verify knows how to reach, by family: each family module lists its own drivers."""
+"""Every op verify knows how to reach: the drivers each op's declaration carries (``Op.verify``),
+and, for the aten ops both backends override, the tool's own tables by family."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from python_native.tools.verify import group_norm_dropout, indexing, linear_cross_entropy, model_ops, reductions, rows
 from python_native.tools.verify.samples import Driver
+from python_native_dsls.catalogue import built_ops
+
+
+def _declared() -> dict[str, Driver]:
+    """The drivers the declarations carry, by forward op (the first backend to declare one wins). A
+    driver naming no backward ops reaches those declared as backwards under its op's public name."""
+    every = built_ops()
+    found: dict[str, Driver] = {}
+    for built in every:
+        driver, op = built.op.verify, built.op
+        if driver is None or built.spec.op in found:
+            continue
+        if not driver.backward_ops:
+            backward = (b.spec.op for b in every if b.op.backward and (b.op.lib, b.op.public_name) == (op.lib, op.public_name))
+            driver = dataclasses.replace(driver, backward_ops=tuple(dict.fromkeys(backward)))
+        found[built.spec.op] = driver
+    return found
+
 
 DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **indexing.DRIVERS,
-                              **linear_cross_entropy.DRIVERS, **model_ops.DRIVERS}
+                              **linear_cross_entropy.DRIVERS, **model_ops.DRIVERS, **_declared()}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}

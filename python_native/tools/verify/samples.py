@@ -2,32 +2,20 @@
 
 ``samples_for`` interleaves an op's own catalogue of awkward inputs with torch's OpInfo samples.
 ``torch.testing._internal.common_methods_invocations`` is slow to import, so it is imported only
-when OpInfo samples are first asked for.
+when OpInfo samples are first asked for. ``Sample`` and ``Driver`` are declared with the ops
+(``python_native_dsls.proving``: an op's ``Op.verify``).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
+from python_native_dsls.proving import Driver, Sample, rand
 
-@dataclass
-class Sample:
-    """One call: ``fn(*inputs)``; ``source`` names where it came from (a catalogue case or OpInfo).
-    ``meta``: the call's keyword arguments where a check needs them (dropout's ``p``)."""
-
-    source: str
-    fn: Callable[..., torch.Tensor]
-    inputs: Sequence[torch.Tensor]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def rand(*shape: int, dtype: torch.dtype, device: str, scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(*shape, dtype=torch.float32, device=device) * scale).to(dtype)
+__all__ = ["Driver", "Sample", "affine", "finite", "opinfo_problem", "rand", "row_cases", "samples_for"]
 
 
 def _rows(dtype: torch.dtype, device: str) -> Iterator[tuple[str, torch.Tensor]]:
@@ -63,21 +51,6 @@ def finite(make_fn):
     def cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
         return (s for s in inner(dtype, device) if s.source != "-inf entries")
     return cases
-
-
-@dataclass(frozen=True)
-class Driver:
-    """How to reach an aten op from Python: its own cases and the OpInfo names whose samples hit it.
-
-    ``check``, for ops whose results are random, judges a sample's run with the overrides
-    (``got``) and aten's (``ref``), each with ``out``, ``grads`` and ``grad_out``, by structure in
-    place of values; it returns what is wrong (empty: nothing).
-    """
-
-    cases: Callable[[torch.dtype, str], Iterator[Sample]]
-    opinfos: tuple[str, ...] = ()
-    backward_ops: tuple[str, ...] = ()
-    check: Callable[[Sample, Any, Any], list[str]] | None = None
 
 
 def opinfo_problem() -> str | None:
