@@ -242,3 +242,14 @@ def test_gpt_oss_before_5_0_routes_its_dense_layout_and_trains_as_unpatched(tmp_
     loss, patched_loss = result["loss"]
     assert abs(patched_loss - loss) <= 1e-5 * abs(loss) and result["same_grads"] and result["worst_grad"] <= 1e-5
     assert result["unpatched_exact"]
+
+
+@pytest.mark.parametrize("family", ["laguna", "gpt_oss"])
+def test_a_frozen_models_routers_are_taken_as_a_trainable_ones(family):
+    """Freezing the model (as adapters do) makes every parameter one that takes no gradient: only a
+    per-expert vector besides ``weight`` and ``bias`` is read as a correction bias."""
+    m = tiny_models.build(family).train()
+    want = {e.target: e.detail for e in pn.patch(m, ["moe_router"], dry_run=True).patched}
+    m.requires_grad_(False)
+    got = {e.target: e.detail for e in pn.patch(m, ["moe_router"], dry_run=True).patched}
+    assert got == want and len(want) == 1, (got, want)

@@ -229,7 +229,8 @@ class RouterPlan:
 def _frozen_vectors(module: nn.Module, experts: int) -> list[str]:
     """Own buffers, and parameters that take no gradient, of one value per expert: a correction bias
     (Laguna keeps its own as a frozen parameter)."""
-    frozen = [(n, p) for n, p in module.named_parameters(recurse=False) if not p.requires_grad]
+    frozen = [(n, p) for n, p in module.named_parameters(recurse=False)
+              if not p.requires_grad and n not in ("weight", "bias")]  # those two frozen: a frozen model's linear
     return [n for n, t in [*module.named_buffers(recurse=False), *frozen] if tuple(t.shape) == (experts,)]
 
 
