@@ -21,6 +21,7 @@ import torch
 
 from python_native.ops import moe_experts_op, moe_route_op  # noqa: F401  (declares the ops overridden here)
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import BenchRow, Driver, Sample, leaf, rand
 
 from ..plans.layout import MAX_INDEX
 from ..target import DSL_NAME
@@ -198,13 +199,89 @@ def _bias_grad(k, a: Tensor, bias: Tensor | None, s) -> Tensor:
     return grad
 
 
+def _ops():
+    return torch.ops.python_native
+
+
+def _route_cases(dtype: torch.dtype, device: str) :
+    variants = {"softmax, top-k, renormalised (Mixtral)": (2, "softmax", False, True),
+                "softmax, top-k (OLMoE)": (3, "softmax", False, False),
+                "top-k, then softmax (GPT-OSS)": (4, "softmax", True, False),
+                "sigmoid, renormalised, scaled": (2, "sigmoid", False, True)}
+    for name, (top_k, scoring, first, renorm) in variants.items():
+        yield Sample(name, lambda x, _a=(top_k, scoring, first, renorm): _ops().moe_route(x, *_a, 1e-20, None, 1, 1, 2.0),
+                     [rand(7, 8, dtype=dtype, device=device)])
+
+
+def _experts_cases(dtype: torch.dtype, device: str) :
+    tokens, size, inner, experts = 7, 32, 24, 4
+    g = torch.Generator().manual_seed(0)  # expert 3 gets no token
+    indices = torch.stack([torch.randperm(3, generator=g)[:2] for _ in range(tokens)]).to(device)
+    for name, transposed, act in (("SwiGLU, F.linear layout", False, "silu"), ("clamped SwiGLU, transposed", True,
+                                                                               "clamped_swiglu")):
+        shapes = ((experts, size, 2 * inner), (experts, inner, size)) if transposed else \
+            ((experts, 2 * inner, size), (experts, size, inner))
+        def call(h, w, gu, d, _t=transposed, _a=act):
+            return _ops().moe_experts(h, indices, w, gu, d, None, None, _a, _t, _t, 7.0, 1.702, "sum")
+
+        yield Sample(name, call, [rand(tokens, size, dtype=dtype, device=device), rand(tokens, 2, dtype=dtype, device=device),
+                                  rand(*shapes[0], dtype=dtype, device=device, scale=0.2),
+                                  rand(*shapes[1], dtype=dtype, device=device, scale=0.2)])
+
+
+def _row_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool) -> dict:
+    """Router logits of a ``moe_route`` row (tokens, experts, top k), or a routed layer of a ``moe_experts``
+    row (tokens, hidden, expert intermediate, experts, top k): tokens routed by softmax top-k of random
+    logits (made here, not timed), experts in ``F.linear``'s layout at an initializer's scale."""
+    def randn(*size: int, scale: float = 1.0) -> Tensor:
+        return torch.randn(*size, device=device, dtype=dtype) * scale
+
+    if len(shape) == 3:
+        tokens, experts, k = shape
+        logits = leaf(randn(tokens, experts), grad)
+        return {"logits": logits, "k": k, "leaves": [logits] if grad else [], "dy": randn(tokens, k) if grad else None}
+    tokens, hidden, inner, experts, k = shape
+    x = leaf(randn(tokens, hidden), grad)
+    with torch.no_grad():
+        top = randn(tokens, experts).float().softmax(-1).topk(k)
+    weights = leaf((top.values / top.values.sum(-1, keepdim=True)).to(x.dtype), grad)
+    gate_up = leaf(randn(experts, 2 * inner, hidden, scale=hidden ** -0.5), grad)
+    down = leaf(randn(experts, hidden, inner, scale=inner ** -0.5), grad)
+    leaves = [x, weights, gate_up, down] if grad else []
+    return {"hidden": x, "indices": top.indices, "weights": weights, "gate_up": gate_up, "down": down,
+            "leaves": leaves, "dy": randn(tokens, hidden) if grad else None}
+
+
+def _route_bytes(shape: tuple[int, ...], mode: str, itemsize: int) -> int:
+    """Logits in, weights and int64 indices out (backward: dweights, logits, indices in, dlogits out)."""
+    tokens, experts, k = shape
+    forward = tokens * (experts * itemsize + k * (itemsize + 8))
+    return forward + (tokens * (2 * experts * itemsize + k * (itemsize + 8)) if mode == "fwd+bwd" else 0)
+
+
+def _experts_bytes(shape: tuple[int, ...], mode: str, itemsize: int) -> int:
+    """The weights once, hidden and routing in, the output out (backward: the weights three times, and dy)."""
+    tokens, hidden, inner, experts, k = shape
+    weights = 3 * experts * inner * hidden * itemsize
+    acts = tokens * (2 * hidden * itemsize + k * (itemsize + 8))
+    return 3 * weights + 2 * acts + tokens * hidden * itemsize if mode == "fwd+bwd" else weights + acts
+
+
+# A small layer and Qwen3-30B-A3B's (hidden 2048, expert intermediate 768, 128 experts, top 8, 8192
+# tokens): GEMM-bound, their figure of merit is time; their bytes are the least any kernel must move.
+_ROUTE_ROW = BenchRow("moe_route", ((8, 16, 4),), ((2048, 64, 8), (8192, 128, 8)), _row_inputs,
+                      lambda t: _ops().moe_route(t["logits"], t["k"], "softmax", False, True)[0], _route_bytes)
+_EXPERTS_ROW = BenchRow("moe_experts", ((8, 32, 16, 4, 2),), ((2048, 1024, 512, 16, 4), (8192, 2048, 768, 128, 8)),
+                        _row_inputs, lambda t: _ops().moe_experts(t["hidden"], t["indices"], t["weights"], t["gate_up"],
+                                                                  t["down"]), _experts_bytes)
+
 FAMILY = Family(DSL_NAME, "moe", [
     Op("moe_route", route_plan_or_why, route_impl, ROUTE_KEY, public_name="moe_route", measured=False, lib=NAMESPACE,
-       bench=("moe_route",)),
+       verify=Driver(_route_cases), bench_rows=(_ROUTE_ROW,)),
     Op("moe_route_backward", route_backward_plan_or_why, route_backward_impl, ("grad_weights", "indices", *ROUTE_KEY),
        public_name="moe_route", backward=True, measured=False, lib=NAMESPACE, bench=("moe_route",)),
     Op("moe_experts", experts_plan_or_why, experts_impl, EXPERTS_KEY, public_name="moe_experts", measured=False,
-       lib=NAMESPACE, bench=("moe_experts",)),
+       lib=NAMESPACE, verify=Driver(_experts_cases), bench_rows=(_EXPERTS_ROW,)),
     Op("moe_experts_backward", experts_backward_plan_or_why, experts_backward_impl, ("grad_output", *EXPERTS_KEY),
        public_name="moe_experts", backward=True, measured=False, lib=NAMESPACE,
        bench=("moe_experts",)),
