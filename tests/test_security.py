@@ -25,7 +25,7 @@ from python_native.features.front import build
 from python_native.foundations import faults, kernel_cache, trust
 from python_native.foundations.kernel_cache import EntryKey, KernelCache
 
-KEY = EntryKey({"dsl": "test", "variant": {"kernel": "k", "dtype": "float16"}, "arch": "sm_90a", "source": "abc"})
+KEY = EntryKey({"dsl": "test", "specialization": {"kernel": "k", "dtype": "float16"}, "arch": "sm_90a", "source": "abc"})
 OURS, EVIL = b"\x7fELF our kernel" * 50, b"\x7fELF planted kernel" * 50
 PLANTED_C = '#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void planted(void) ' \
             '{ int fd = open(MARKER, O_WRONLY | O_CREAT, 0644); if (fd >= 0) close(fd); }\n'

@@ -1,4 +1,4 @@
-"""What names one compiled program (no cutlass import): the ops pick variants, the compiler builds them."""
+"""What names one compiled program (no cutlass import): the ops pick specializations, the compiler builds them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ KERNELS = ("norm_forward", "norm_backward", "softmax_forward", "softmax_backward
 
 
 @dataclass(frozen=True)
-class Variant:
+class Specialization:
     """One compiled program. ``flags`` are the compile-time switches of its kernel family
     (``rms``, ``weight``, ``bias``, ``log``; ``sum``, ``mean``, ``max`` or ``min`` for
     ``row_reduce``) and ``vec`` for 16-byte accesses."""

@@ -14,7 +14,7 @@ from cutedsl_testing import requires_cutlass
 
 pytestmark = requires_cutlass
 
-# One variant per kernel and flag combination, dtypes spread over them to keep the run short.
+# One specialization per kernel and flag combination, dtypes spread over them to keep the run short.
 CASES = [
     ("norm_forward", "bfloat16", "bfloat16", 128, {"rms", "weight"}),
     ("norm_forward", "float32", "float32", 512, {"rms"}),
@@ -60,29 +60,29 @@ def compiler():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'+'.join(sorted(c[4])) or 'plain'}")
 def test_kernel_compiles_for_sm90a(compiler, case):
-    from python_native_dsls.cutedsl.variant import Variant
+    from python_native_dsls.cutedsl.variant import Specialization
 
     kernel, dtype, out_dtype, threads, flags = case
-    obj = compiler.compile_to_object(Variant(kernel, dtype, out_dtype, threads, frozenset(flags)), "sm_90a")
+    obj = compiler.compile_to_object(Specialization(kernel, dtype, out_dtype, threads, frozenset(flags)), "sm_90a")
     assert obj.startswith(b"\x7fELF") and embedded_cubin_sm(obj) == 90
 
 
 def test_arch_reaches_the_cubin(compiler):
-    from python_native_dsls.cutedsl.variant import Variant
+    from python_native_dsls.cutedsl.variant import Specialization
 
-    obj = compiler.compile_to_object(Variant("softmax_backward", "float32", "float32", 128), "sm_80")
+    obj = compiler.compile_to_object(Specialization("softmax_backward", "float32", "float32", 128), "sm_80")
     assert embedded_cubin_sm(obj) == 80
 
 
 PTX_PROBE = """
 import json, re, sys
 from python_native_dsls.cutedsl.kernels import compiler
-from python_native_dsls.cutedsl.variant import Variant
+from python_native_dsls.cutedsl.variant import Specialization
 out = {}
 for kernel in ("norm_forward", "softmax_forward"):
     for vec in (False, True):
         flags = frozenset({"vec"} if vec else set())
-        fn, args = compiler._program(Variant(kernel, "bfloat16", "bfloat16", 128, flags))
+        fn, args = compiler._program(Specialization(kernel, "bfloat16", "bfloat16", 128, flags))
         ptx = compiler.cute.compile(fn, *args, options="--enable-tvm-ffi --gpu-arch sm_90a --keep-ptx").__ptx__
         out[f"{kernel}-{vec}"] = sorted(set(re.findall(r"(?:ld|st)\\.global[.\\w]*", ptx)))
 print(json.dumps(out))
@@ -90,7 +90,7 @@ print(json.dumps(out))
 
 
 def test_vec_variants_move_16_bytes_per_access(tmp_path):
-    """The ``vec`` variants load and store bf16 rows 128 bits at a time (per-row fp32 statistics
+    """The ``vec`` specializations load and store bf16 rows 128 bits at a time (per-row fp32 statistics
     stay scalar); the plain ones move one element per access. Run apart: ``--keep-ptx`` writes
     files into the dump folder, which the compiler fixes when it is first used."""
     import json
@@ -109,25 +109,25 @@ def test_vec_variants_move_16_bytes_per_access(tmp_path):
 
 
 def test_backward_kernels_have_no_vec_variant(compiler):
-    from python_native_dsls.cutedsl.variant import Variant
+    from python_native_dsls.cutedsl.variant import Specialization
 
-    with pytest.raises(ValueError, match="'norm_backward' has no vectorized variant"):
-        compiler.compile_to_object(Variant("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
+    with pytest.raises(ValueError, match="'norm_backward' has no vectorized specialization"):
+        compiler.compile_to_object(Specialization("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
 
 
 def test_row_reduce_needs_one_reduction_flag(compiler):
-    from python_native_dsls.cutedsl.variant import Variant
+    from python_native_dsls.cutedsl.variant import Specialization
 
     for flags in ({"vec"}, {"sum", "max"}):
         with pytest.raises(ValueError, match="row_reduce needs exactly one of the flags"):
-            compiler.compile_to_object(Variant("row_reduce", "float32", "float32", 128, frozenset(flags)), "sm_90a")
+            compiler.compile_to_object(Specialization("row_reduce", "float32", "float32", 128, frozenset(flags)), "sm_90a")
 
 
 def test_unknown_kernel_is_named(compiler):
-    from python_native_dsls.cutedsl.variant import Variant
+    from python_native_dsls.cutedsl.variant import Specialization
 
     with pytest.raises(ValueError, match="unknown CuTe DSL kernel 'nope'"):
-        compiler.compile_to_object(Variant("nope", "float32", "float32", 128), "sm_90a")
+        compiler.compile_to_object(Specialization("nope", "float32", "float32", 128), "sm_90a")
 
 
 def test_cached_object_loads_in_a_fresh_process(tmp_path):
@@ -135,8 +135,8 @@ def test_cached_object_loads_in_a_fresh_process(tmp_path):
     code = textwrap.dedent("""
         import os, sys
         from python_native_dsls.cutedsl.kernels import compiler
-        from python_native_dsls.cutedsl.variant import Variant
-        v = Variant("softmax_forward", "float32", "float32", 128, frozenset({"log"}))
+        from python_native_dsls.cutedsl.variant import Specialization
+        v = Specialization("softmax_forward", "float32", "float32", 128, frozenset({"log"}))
         payload, cached, _ = compiler.build(v, "sm_90a")
         fn = compiler.load_object(payload, v.symbol())
         print(cached, type(fn).__name__)
@@ -147,7 +147,7 @@ def test_cached_object_loads_in_a_fresh_process(tmp_path):
     for r in runs:
         assert r.returncode == 0, r.stderr[-3000:]
     assert [r.stdout.split()[-2:] for r in runs] == [["False", "Function"], ["True", "Function"]]
-    # Each build is a compile event: op, variant, key and seconds, through TORCH_LOGS.
+    # Each build is a compile event: op, override variant, key and seconds, through TORCH_LOGS.
     for r, how in zip(runs, ("compiled)", "read from the kernel cache)"), strict=True):
         events = [line for line in r.stderr.splitlines() if "python_native: cutedsl compiled" in line]
         assert len(events) == 1, r.stderr[-3000:]

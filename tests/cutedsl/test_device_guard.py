@@ -32,7 +32,7 @@ def faked(monkeypatch):
         finally:
             current[0] = before
 
-    def function(variant, arch):
+    def function(specialization, arch):
         ran.append(("load", current[0]))
         return lambda *args: ran.append(("launch", current[0]))
 

@@ -22,8 +22,8 @@ from python_native.foundations.kernel_cache import (
     source_fingerprint,
 )
 
-KEY = EntryKey({"dsl": "test", "variant": {"kernel": "k", "dtype": "float16"}, "arch": "sm_90a", "source": "abc"})
-OTHER = EntryKey({"dsl": "test", "variant": {"kernel": "k", "dtype": "bfloat16"}, "arch": "sm_90a", "source": "abc"})
+KEY = EntryKey({"dsl": "test", "specialization": {"kernel": "k", "dtype": "float16"}, "arch": "sm_90a", "source": "abc"})
+OTHER = EntryKey({"dsl": "test", "specialization": {"kernel": "k", "dtype": "bfloat16"}, "arch": "sm_90a", "source": "abc"})
 PAYLOAD = b"\x7fELF compiled kernel bytes" * 100
 
 

@@ -1,4 +1,4 @@
-"""Each impl compiles (or loads) its variant and calls it with the arguments the program expects.
+"""Each impl compiles (or loads) its specialization and calls it with the arguments the program expects.
 
 Without a GPU the call stops at TVM-FFI's argument check: it names the first tensor's device
 (``expected device_type=cuda``) only once the argument count matched the compiled signature, so

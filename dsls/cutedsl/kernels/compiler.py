@@ -1,14 +1,14 @@
-"""Compile once, reuse everywhere: variants, their compilation, the disk cache and loading.
+"""Compile once, reuse everywhere: specializations, their compilation, the disk cache and loading.
 
-A ``Variant`` names one compiled program: which kernel, the dtypes it reads and writes, the CTA
+A ``Specialization`` names one compiled program: which kernel, the dtypes it reads and writes, the CTA
 size (from the row's size class) and its compile-time flags. Sizes and strides are symbolic in the
-compiled code, so one variant serves every shape of its class.
+compiled code, so one specialization serves every shape of its class.
 
 Launch path: programs are compiled with ``--enable-tvm-ffi`` and exported as an object file. Once
 loaded (``cutlass.runtime.load_module``) a program is a ``tvm_ffi.Function`` that takes torch
 tensors directly through DLPack and reads the current CUDA stream from TVM-FFI's environment
 stream, so a launch is one C call: no per-call conversion to cute tensors, no argument packing in
-Python and no JIT executor. The function is looked up once per variant (``SpecializationCache``)
+Python and no JIT executor. The function is looked up once per specialization (``SpecializationCache``)
 and then called with the tensors of each call.
 """
 
@@ -32,10 +32,10 @@ from python_native.foundations.kernel_cache import EntryKey, KernelCache, packag
 from python_native.foundations.speckey import SpecializationCache
 
 from ..target import DSL_NAME, dispatch_key, runtime_version
-from ..variant import Variant
+from ..variant import Specialization
 from . import norm, reduce, softmax
 
-# Every source a binary is built from: the kernels, this compiler, and the variant that names it.
+# Every source a binary is built from: the kernels, this compiler, and the specialization that names it.
 _BACKEND_DIR = Path(__file__).parent.parent
 SOURCES = [
     _BACKEND_DIR / name
@@ -49,8 +49,8 @@ VECTOR_KERNELS = frozenset({"norm_forward", "softmax_forward", "row_reduce"})
 DTYPES = {"float32": cutlass.Float32, "float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 
-def vector_width(v: Variant) -> int:
-    """Elements per access: 16 bytes of the input dtype for ``vec`` variants, else 1."""
+def vector_width(v: Specialization) -> int:
+    """Elements per access: 16 bytes of the input dtype for ``vec`` specializations, else 1."""
     return 16 * 8 // DTYPES[v.dtype].width if "vec" in v.flags else 1
 
 
@@ -65,13 +65,13 @@ def _vector(dtype: type, vec: int = 1) -> Any:
     return make_fake_tensor(dtype, (cute.sym_int(divisibility=vec),), (1,), assumed_align=16 if vec > 1 else None)
 
 
-def _program(v: Variant) -> tuple[Any, tuple]:
+def _program(v: Specialization) -> tuple[Any, tuple]:
     """The host function and its compile-time argument placeholders."""
     x, out, f32 = DTYPES[v.dtype], DTYPES[v.out_dtype], cutlass.Float32
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     f, vec = v.flags, vector_width(v)
     if vec > 1 and v.kernel not in VECTOR_KERNELS:
-        raise ValueError(f"kernel {v.kernel!r} has no vectorized variant; {sorted(VECTOR_KERNELS)} do")
+        raise ValueError(f"kernel {v.kernel!r} has no vectorized specialization; {sorted(VECTOR_KERNELS)} do")
     if v.kernel == "norm_forward":
         fn = norm.forward_program(v.threads, vec, "rms" in f, "weight" in f, "bias" in f)
         args = (_rows(x, vec), _vector(x, vec), _vector(x, vec), _rows(out, vec), _vector(f32), _vector(f32),
@@ -107,7 +107,7 @@ def known_archs() -> list[str]:
     return [arch.name for arch in Arch]
 
 
-def compile_to_object(v: Variant, arch: str) -> bytes:
+def compile_to_object(v: Specialization, arch: str) -> bytes:
     """Compile ``v`` for ``arch`` (e.g. ``sm_90a``) into an object file; needs no GPU."""
     fn, args = _program(v)
     compiled = cute.compile(fn, *args, options=f"--enable-tvm-ffi --gpu-arch {arch}")
@@ -129,12 +129,12 @@ def source_hash() -> str:
     return source_fingerprint(*SOURCES)
 
 
-def entry_key(v: Variant, arch: str) -> EntryKey:
-    return EntryKey({"dsl": DSL_NAME, "variant": v.describe(), "arch": arch, "versions": versions(),
+def entry_key(v: Specialization, arch: str) -> EntryKey:
+    return EntryKey({"dsl": DSL_NAME, "specialization": v.describe(), "arch": arch, "versions": versions(),
                      "source": source_hash()})
 
 
-def build(v: Variant, arch: str, cache: KernelCache | None = None) -> tuple[bytes, bool, float]:
+def build(v: Specialization, arch: str, cache: KernelCache | None = None) -> tuple[bytes, bool, float]:
     """``(object, cached, milliseconds)``: from the disk cache, or compiled and stored there.
 
     Each build is a compile event (``TORCH_LOGS=python_native_compile``), cache hits included."""
@@ -150,8 +150,8 @@ def build(v: Variant, arch: str, cache: KernelCache | None = None) -> tuple[byte
     return payload, cached, seconds * 1e3
 
 
-def op_of(v: Variant) -> str:
-    """The aten op a variant's program serves (its kernel family and flags say which)."""
+def op_of(v: Specialization) -> str:
+    """The aten op a specialization's program serves (its kernel family and flags say which)."""
     rms, log = "rms" in v.flags, "log" in v.flags
     return {
         "norm_forward": "_fused_rms_norm" if rms else "native_layer_norm",
@@ -187,7 +187,7 @@ def device_arch(index: int | None = None) -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-def _load(v: Variant, arch: str) -> Any:
+def _load(v: Specialization, arch: str) -> Any:
     payload, _, _ = build(v, arch)
     return load_object(payload, v.symbol())
 
@@ -195,6 +195,6 @@ def _load(v: Variant, arch: str) -> Any:
 _functions: SpecializationCache[Any] = SpecializationCache(_load)
 
 
-def function(v: Variant, arch: str) -> Any:
+def function(v: Specialization, arch: str) -> Any:
     """The launchable program for ``v`` on ``arch``: loaded once per process, compiled once per machine."""
     return _functions.get((v, arch), v, arch)

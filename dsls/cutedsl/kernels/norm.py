@@ -2,10 +2,10 @@
 
 Every loop strides over the row with the CTA's threads, so any row length compiles and runs:
 short rows leave threads idle, vocabulary-sized rows take several trips through memory (a
-cluster-wide variant that keeps long rows in shared memory is future work). Sums are fp32 and
-inputs are converted on load, so fp32, fp16 and bf16 share one program per variant. The forward
+cluster-wide kernel that keeps long rows in shared memory is future work). Sums are fp32 and
+inputs are converted on load, so fp32, fp16 and bf16 share one program per specialization. The forward
 moves 16 bytes per access when the caller found rows and pointers aligned for it (``vec``
-variants); the backward moves one element per access (vectorizing it is future work).
+specializations); the backward moves one element per access (vectorizing it is future work).
 
 The backward runs ``n_ctas`` CTAs that each take every ``n_ctas``-th row and accumulate the
 weight and bias gradients of their rows into their own fp32 row of ``dw_part``/``db_part``; the

@@ -19,7 +19,7 @@ from python_native_dsls.family import kernel_loader
 from python_native_dsls.layout import Rows, as_rows, reduced_rows, stat_shape
 
 from ..target import DSL_NAME
-from ..variant import Variant
+from ..variant import Specialization
 
 __all__ = ["Rows", "as_rows", "reduced_rows", "stat_shape"]
 
@@ -63,7 +63,7 @@ def _placeholder(device: torch.device, dtype: torch.dtype, ndim: int) -> torch.T
 
 
 def placeholder(like: torch.Tensor, dtype: torch.dtype, ndim: int = 1) -> torch.Tensor:
-    """A tensor standing in for an absent argument the compiled variant never reads."""
+    """A tensor standing in for an absent argument the compiled specialization never reads."""
     return _placeholder(like.device, dtype, ndim)
 
 
@@ -118,14 +118,14 @@ def _on_device(index: int, fn: Any) -> Any:
 
 
 def launcher(kernel: str, dtype: torch.dtype, out_dtype: torch.dtype, n_cols: int, like: torch.Tensor, *flags: str):
-    """The loaded program for this call's variant (compiled or read from disk on first use), run on
+    """The loaded program for this call's specialization (compiled or read from disk on first use), run on
     ``like``'s device."""
     threads = size_class(n_cols)[1]
     index = like.device.index
     key = (kernel, dtype, out_dtype, threads, flags, index)
     fn = _launchers.get(key)
     if fn is None:
-        v = Variant(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
+        v = Specialization(kernel, DTYPE_NAMES[dtype], DTYPE_NAMES[out_dtype], threads, frozenset(flags))
         if index is None:  # not a CUDA tensor: nothing to guard (TVM-FFI names the device it expected)
             fn = _launchers[key] = compiler().function(v, arch(like))
         else:

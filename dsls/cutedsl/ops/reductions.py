@@ -88,10 +88,10 @@ FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in KINDS], kernels=KERNE
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype, size class and reduction, plain and vectorized."""
-    from ..variant import Variant
+    from ..variant import Specialization
 
     return [
-        (op, cls, Variant("row_reduce", dtype, dtype, threads_of(cls), frozenset({kind, *vec})))
+        (op, cls, Specialization("row_reduce", dtype, dtype, threads_of(cls), frozenset({kind, *vec})))
         for op, kind in KINDS.items()
         for dtype in DTYPE_NAMES.values()
         for cls, _, _ in SIZE_CLASSES

@@ -85,15 +85,15 @@ FAMILY = Family(DSL_NAME, "rms_norm", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, with and without a weight; the forward also vectorized."""
-    from ..variant import Variant
+    from ..variant import Specialization
 
     out = []
     for dtype in DTYPE_NAMES.values():
         for cls, _, _ in SIZE_CLASSES:
             for flags in (("rms", "weight"), ("rms",)):
                 for vec in ((), ("vec",)):
-                    variant = Variant("norm_forward", dtype, dtype, threads_of(cls), frozenset(flags + vec))
-                    out.append(("_fused_rms_norm", cls, variant))
-                variant = Variant("norm_backward", dtype, dtype, threads_of(cls), frozenset(flags))
-                out.append(("_fused_rms_norm_backward", cls, variant))
+                    specialization = Specialization("norm_forward", dtype, dtype, threads_of(cls), frozenset(flags + vec))
+                    out.append(("_fused_rms_norm", cls, specialization))
+                specialization = Specialization("norm_backward", dtype, dtype, threads_of(cls), frozenset(flags))
+                out.append(("_fused_rms_norm_backward", cls, specialization))
     return out

@@ -89,7 +89,7 @@ FAMILY = Family(DSL_NAME, "softmax", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, softmax and log-softmax, plus the fp16 -> fp32 (half_to_float) pair."""
-    from ..variant import Variant
+    from ..variant import Specialization
 
     pairs = [(d, d) for d in DTYPE_NAMES.values()] + [("float16", "float32")]
     out = []
@@ -99,7 +99,7 @@ def precompile_variants() -> list[tuple[str, str, object]]:
                                     (True, ("_log_softmax", "_log_softmax_backward_data"))):
                 flags = frozenset({"log"}) if log else frozenset()
                 for vec in (frozenset(), frozenset({"vec"})):
-                    out.append((fwd, cls, Variant("softmax_forward", dtype, wide, threads_of(cls), flags | vec)))
+                    out.append((fwd, cls, Specialization("softmax_forward", dtype, wide, threads_of(cls), flags | vec)))
                 # the backward reads the forward's output (``wide``) and writes the input dtype
-                out.append((bwd, cls, Variant("softmax_backward", wide, dtype, threads_of(cls), flags)))
+                out.append((bwd, cls, Specialization("softmax_backward", wide, dtype, threads_of(cls), flags)))
     return out

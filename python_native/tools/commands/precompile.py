@@ -47,10 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _selected(entries: list, args: argparse.Namespace) -> list:
-    def keep(op: str, cls: str, variant) -> bool:
+    def keep(op: str, cls: str, specialization) -> bool:
         return (
             (not args.op or op in args.op)
-            and (not args.dtype or variant.dtype in args.dtype)
+            and (not args.dtype or specialization.dtype in args.dtype)
             and (not args.size_class or cls in args.size_class)
         )
 
@@ -171,18 +171,18 @@ def _build_kernels(entries: list, args: argparse.Namespace) -> tuple[dict, int]:
     results, failed = [], 0
     stream = sys.stderr if args.json else sys.stdout
     with Progress(len(entries), f"precompile {args.arch}", stream=stream, quiet=args.json) as progress:
-        for op, cls, variant in entries:
-            row = {"op": op, "size_class": cls, **variant.describe()}
+        for op, cls, specialization in entries:
+            row = {"op": op, "size_class": cls, **specialization.describe()}
             try:
-                _, cached, ms = compiler.build(variant, args.arch, cache)
+                _, cached, ms = compiler.build(specialization, args.arch, cache)
                 row.update(cached=cached, ms=round(ms, 1))
             except Exception as exc:  # report every kernel, then fail
                 failed += 1
                 row.update(cached=False, error=f"{type(exc).__name__}: {exc}")
             results.append(row)
             state = row.get("error") or ("cached" if row["cached"] else "compiled")
-            flags = ",".join(sorted(variant.flags)) or "-"
-            progress.step(f"{op:28} {variant.dtype:>8}->{variant.out_dtype:<8} {cls:6} {flags:11} "
+            flags = ",".join(sorted(specialization.flags)) or "-"
+            progress.step(f"{op:28} {specialization.dtype:>8}->{specialization.out_dtype:<8} {cls:6} {flags:11} "
                           f"{row.get('ms', 0):8.1f} ms  {state}")
     summary = {
         "dsl": args.dsl,
