@@ -4,5 +4,6 @@ Importing a backend never imports its DSL runtime; kernels are loaded on first u
 this level are shared by every backend: ``family`` (op families as declarations, and the guarded
 kernel loader), ``conds`` (the conds generated from them), ``norms`` (the norm families' checks),
 ``reasons`` (declines in words), ``spec`` (what an op library registers), ``layout`` (tensors seen
-as rows) and ``constants`` (aten's defaults, the SM count).
+as rows), ``scalars`` (aten's Scalar conversion, and the values the kernels leave to aten) and
+``constants`` (aten's defaults, the SM count).
 """

@@ -1,7 +1,9 @@
 """Triton backend: availability checks and the registration of its op library.
 
-Nothing here imports triton. Availability comes from package metadata; the kernels live in
-``python_native_dsls.triton.kernels`` and are imported by each impl on its first call.
+Nothing here imports triton. Availability comes from package metadata; the op families live in
+``python_native_dsls.triton.ops``, their plans in ``plans``, the kernels in ``kernels`` (imported by
+each impl on its first call), where they run in ``target``, and the launcher's stand-ins (stubbed
+launches, a simulated device) for tests, benchmarks and the kernel report in ``testing``.
 
 With ``PYTHON_NATIVE_TRITON_INTERPRET=1`` (or Triton's own ``TRITON_INTERPRET=1``) the backend is
 available without a GPU: overrides sit at the CPU dispatch key and Triton's interpreter runs the

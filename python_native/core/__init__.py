@@ -4,6 +4,10 @@ It knows nothing of the features built on it. They plug in through ``extensions`
 wrappers applied when an override is committed (baked into the generated router, never looked
 up per call) and listeners told when the set of overrides changes. Import the rooms directly:
 ``python_native.core.registry`` (the ``REGISTRY`` of the process), ``core.handles``,
-``core.extensions``, ``core.slots``, ``core.routers``, ``core.reclaim`` (what removals take out of
-service, freed once no call can be inside it), ``core.ordering``, ``core.index``.
+``core.extensions``, ``core.slots``, ``core.routers`` (each slot's generated routers, one per set of
+active overrides), ``core.reclaim`` (what removals take out of service, freed once no call can be
+inside it), ``core.ordering``, ``core.index``, ``core.arguments`` (a registration's checks),
+``core.variants`` (an override's alternative impls), ``core.reasons`` (why a traced call fell back),
+``core.below`` (no override inside a switched-off op's aten kernel) and ``core.errors``
+(``OverrideUnavailable``).
 """

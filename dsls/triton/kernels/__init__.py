@@ -1,4 +1,5 @@
-"""Triton kernels and their host-side launchers; every module here imports triton.
+"""Triton kernels and their host-side launchers; every module here but ``alloc`` and ``tuning``
+imports triton (directly, or through the kernels it launches).
 
 The op modules in ``python_native_dsls.triton.ops`` import these lazily, from inside their impls, so that
 registering the library never pays for importing triton.

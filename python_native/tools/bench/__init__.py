@@ -13,8 +13,9 @@ end, its timings say nothing about speed.
 
 Its modules: ``timing`` (timers, copy bandwidth), ``rows`` (ops, shapes, inputs, torch calls,
 bytes moved), ``peers`` (Inductor, Liger-Kernel, QuACK), ``measure`` (one row, a run, its environment,
-the command's choices), ``output`` (table, geometric mean, plot, JSON) and ``calibrating`` (calibration
-tables).
+the command's choices), ``output`` (table, geometric mean, plot, JSON), ``calibrating`` (calibration
+tables), ``model_rows`` (rows of the ops model patching routes to), ``memory`` (peak memory of one
+call), ``progress`` (a long run's progress) and ``replay_proof`` (``bench --prove-replay``).
 """
 
 from python_native.tools.bench.calibrating import (
