@@ -14,6 +14,7 @@ import torch
 
 from python_native.ops import linear_cross_entropy_op as op
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import Driver, Sample, rand
 
 from ..target import DSL_NAME
 from . import why
@@ -78,10 +79,34 @@ def backward_impl(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, b
                            output_mask, FAMILY.kernels().backward_rows)
 
 
+def _call(reduction: str, label_smoothing: float, bias: bool):
+    def fn(x, w, t, *b):  # pn.linear_cross_entropy
+        return op.linear_cross_entropy(x, w, t.long(), b[0] if bias else None, reduction, -100, label_smoothing)
+    return fn
+
+
+def _cases(dtype: torch.dtype, device: str):
+    """``verify``'s cases, through ``pn.linear_cross_entropy``; targets travel as tensors like every input
+    (the float64 run receives them as floats), so the call turns them back into class indices."""
+    for name, (n, hidden, vocab, reduction, smoothing, bias) in {
+        "64x32x100, ignored targets": (64, 32, 100, "mean", 0.0, True),
+        "label smoothing, sum": (64, 32, 100, "sum", 0.1, True),
+        "per-token losses": (40, 16, 77, "none", 0.05, False),
+        "more tokens than classes": (48, 16, 20, "mean", 0.0, True),
+        "no tokens": (0, 16, 20, "sum", 0.0, False),
+    }.items():
+        x = rand(n, hidden, dtype=dtype, device=device)
+        w = rand(vocab, hidden, dtype=dtype, device=device, scale=hidden**-0.5)
+        t = torch.randint(0, vocab, (n,), device=device)
+        t[::5] = -100
+        inputs = [x, w, t] + ([rand(vocab, dtype=dtype, device=device)] if bias else [])
+        yield Sample(name, _call(reduction, smoothing, bias), inputs)
+
+
 FAMILY = Family(DSL_NAME, "linear_cross_entropy", [
     Op("linear_cross_entropy.forward", forward_plan_or_why, forward_impl,
        ("input", "weight", "target", "bias", "reduction", "0.0 <= label_smoothing <= 1.0"), lib=NAMESPACE,
-       public_name="linear_cross_entropy"),
+       public_name="linear_cross_entropy", verify=Driver(_cases)),
     Op("linear_cross_entropy.backward", backward_plan_or_why, backward_impl,
        ("grad", "input", "weight", "target", "bias", "lse", "reduction"), lib=NAMESPACE,
        public_name="linear_cross_entropy", backward=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from python_native.tools.verify import group_norm_dropout, indexing, linear_cross_entropy, reductions, rows
+from python_native.tools.verify import group_norm_dropout, indexing, reductions, rows
 from python_native.tools.verify.samples import Driver
 from python_native_dsls.catalogue import built_ops
 
@@ -27,6 +27,6 @@ def _declared() -> dict[str, Driver]:
 
 
 DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **indexing.DRIVERS,
-                              **linear_cross_entropy.DRIVERS, **_declared()}
+                              **_declared()}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}
