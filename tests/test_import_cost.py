@@ -110,10 +110,14 @@ def test_import_torch_adds_no_heavy_third_party_module(mounted, torch_alone):
     assert added - ours <= ALLOWED_THIRD_PARTY, f"python-native adds {sorted(added - ours - ALLOWED_THIRD_PARTY)}"
 
 
+# Where a GPU is visible the Triton backend installs its op library at import, and its overrides of
+# the declared ops (``rms_norm``, ``swiglu``, ...) import ``python_native.ops``, which declares them.
 DEFERRED = """
 import sys, torch
-deferred = ("python_native.ops", "python_native.patching", "python_native.panel.snapshot",
-            "python_native.features.checked.wrapper", "python_native.features.calibration.measure")
+deferred = ["python_native.ops", "python_native.patching", "python_native.panel.snapshot",
+            "python_native.features.checked.wrapper", "python_native.features.calibration.measure"]
+if torch.cuda.is_available():
+    deferred.remove("python_native.ops")
 assert not [m for m in deferred if m in sys.modules], [m for m in deferred if m in sys.modules]
 import torch.backends.python_native as pn
 """
@@ -134,3 +138,43 @@ def test_what_import_torch_defers_works_on_first_use(use):
     code = DEFERRED + FIRST_USES[use] + "\nprint('ok')\n"
     out = subprocess.run([sys.executable, "-c", code], env=_child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+
+
+NO_SYSCONFIG = """
+import sys, torch
+for name in [m for m in sys.modules if m == "sysconfig" or m.startswith("_sysconfigdata")]:
+    del sys.modules[name]  # torch may load it itself; what follows must not
+
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name == "sysconfig" or name.startswith("_sysconfigdata"):
+            raise ImportError(f"{name} imported while mounting python-native or naming its compiled front")
+
+
+sys.meta_path.insert(0, Refuse())
+import _python_native_autoload
+_python_native_autoload.mount()
+from python_native.features.front import build
+print(build.library_name())
+"""
+
+
+def test_mounting_and_naming_the_compiled_front_load_no_sysconfig():
+    """``sysconfig`` loads the interpreter's build configuration: ``import torch``, which names (and may
+    load) a cached compiled front, reads the extension suffix and platform without it."""
+    env = _child_env(TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", NO_SYSCONFIG], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().startswith("_python_native_front_"), out.stderr[-3000:]
+
+
+def test_the_compiled_fronts_build_key_names_what_sysconfig_says():
+    """The key read without ``sysconfig`` is the one it gave before: a cached front keeps its name."""
+    import sysconfig
+
+    from python_native.features.front import build
+
+    key = build.build_key()
+    assert key["python"] == sysconfig.get_config_var("SOABI")
+    assert key["platform"] == sysconfig.get_platform()
+    assert build.library_name().endswith(sysconfig.get_config_var("EXT_SUFFIX"))

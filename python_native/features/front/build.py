@@ -31,7 +31,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,9 @@ SOURCE = Path(__file__).with_name("front.cpp")
 CACHE_DIR_ENV = env.CACHE_DIR[0]
 COMPILER_ENV = env.CXX[0]
 MAX_LIBRARY_BYTES = 1 << 30  # no front comes near; anything bigger is not one of ours
+# This interpreter's extension suffix (``.cpython-312-x86_64-linux-gnu.so``: sysconfig's EXT_SUFFIX),
+# read without ``sysconfig``, whose configuration data ``import torch`` would load with a cached front.
+EXT_SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 class BuildError(RuntimeError):
@@ -114,8 +116,8 @@ def build_key() -> dict[str, str]:
         "torch": torch.__version__,
         "torch_git": str(getattr(torch.version, "git_version", "")),
         "cxx11_abi": str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
-        "python": sysconfig.get_config_var("SOABI") or sys.version.split()[0],
-        "platform": sysconfig.get_platform(),
+        "python": abi_tag(),
+        "platform": platform_tag(),
         "compiler": f"{cxx}:{stat.st_size}:{int(stat.st_mtime)}" if stat else "none",
     }
 
@@ -135,7 +137,19 @@ def _digest(key: dict[str, str]) -> str:
 def library_name(key: dict[str, str] | None = None) -> str:
     """The library's file name for ``key`` (default: this process's)."""
     digest = _digest(key or build_key())
-    return f"_python_native_front_{digest}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    return f"_python_native_front_{digest}{EXT_SUFFIX}"
+
+
+def abi_tag() -> str:
+    """sysconfig's SOABI (``cpython-312-x86_64-linux-gnu``), the extension suffix's middle."""
+    tag = EXT_SUFFIX.removeprefix(".").rpartition(".")[0]
+    return tag or sys.version.split()[0]
+
+
+def platform_tag() -> str:
+    """sysconfig's ``get_platform()`` on Linux (``linux-x86_64``), from ``os.uname`` alone."""
+    machine = os.uname().machine.replace(" ", "_").replace("/", "-")
+    return f"{sys.platform}-{machine}"
 
 
 def library_path(key: dict[str, str] | None = None) -> Path:
@@ -205,6 +219,8 @@ def _usable(path: Path, where: Place, key: dict[str, str]) -> Path | None:
 def _compile(cxx: str, path: Path, key: dict[str, str]) -> ModuleType:
     """Compile into a fresh file beside ``path``, load it once (a library that does not load is never
     published), then publish it with its manifest."""
+    import sysconfig
+
     from torch.utils import cpp_extension
 
     name = path.name.split(".")[0]
