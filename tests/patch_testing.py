@@ -1,6 +1,6 @@
-"""What the model-patching tests share: tiny models, and stand-in overrides for the declared ops.
+"""What the model-patching tests share: tiny models, and stand-in overrides for the custom ops.
 
-Where a backend installs an override of a declared op at the CPU key (the Triton kernels, under
+Where a backend installs an override of a custom op at the CPU key (the Triton kernels, under
 the interpreter), that override serves the tests. Where none is installed, ``serving()`` registers
 a stand-in of the test DSL there, which computes the op's reference in plain torch without calling
 the op: the routing from a patched module through the dispatcher to an override is then proven
@@ -53,8 +53,8 @@ def installed_at_cpu(op: str) -> bool:
 
 @contextlib.contextmanager
 def serving(everywhere: bool = False) -> Iterator[list[str]]:
-    """Stand-ins at the CPU key for the declared ops no backend serves there (``everywhere``: for
-    every declared op, behind any backend's override, for tests that switch the backends off);
+    """Stand-ins at the CPU key for the custom ops no backend serves there (``everywhere``: for
+    every custom op, behind any backend's override, for tests that switch the backends off);
     yields their names."""
     handles = []
     try:
@@ -72,7 +72,7 @@ def serving(everywhere: bool = False) -> Iterator[list[str]]:
 def aten_overrides_off() -> Iterator[None]:
     """Every override of an aten op held off: the numerical tests compare a patched model with the
     unpatched one, and spare the interpreter the aten ops no patch changes (their own tests check
-    them). Held by exact name: a public name would also cover the declared ops sharing it (aten's
+    them). Held by exact name: a public name would also cover the custom ops sharing it (aten's
     ``_fused_rms_norm`` and ``python_native::rms_norm`` are both ``rms_norm``), which keep serving."""
     names = sorted({o.op for o in pn.overrides() if o.lib == "aten"} - OURS)
     token = REGISTRY.hold("op", names)

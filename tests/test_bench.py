@@ -213,7 +213,7 @@ def test_variants_add_a_cell_per_variant(capsys):
 
 
 def test_model_op_rows_fire_forward_and_backward(capsys):
-    """The declared ops' rows call torch.ops.python_native (the reference in the aten column)."""
+    """The custom ops' rows call torch.ops.python_native (the reference in the aten column)."""
     ops = "rms_norm_gemma,swiglu_chunked,rotary"
     assert main(["bench", "--quick", "--json", "--dtypes", "bfloat16", "--ops", ops]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

@@ -1,4 +1,4 @@
-"""The declared ops under training stacks that re-run or move what autograd saved: activation
+"""The custom ops under training stacks that re-run or move what autograd saved: activation
 checkpointing (reentrant and not, the random state replayed) and activation offloading
 (``save_on_cpu``). Each op's autograd reads its saved tensors once, as non-reentrant checkpointing
 and saved-tensor hooks require, and the gradients equal those of the plain run, with the overrides
@@ -35,7 +35,7 @@ def _lce(g: torch.Generator) -> tuple:
     return _randn(g, 12, 16), _randn(g, 40, 16) / 4, target, _randn(g, 40), "mean", -100, 0.1
 
 
-# Arguments of each declared op with autograd (tensors that are floating point take gradients).
+# Arguments of each custom op with autograd (tensors that are floating point take gradients).
 SAMPLES = {
     "rms_norm": lambda g: (_randn(g, 2, 5, 16), 1 + _randn(g, 16) / 10, 1e-6, 0.0, False),
     "swiglu": lambda g: (_randn(g, 6, 16), _randn(g, 6, 16)),
@@ -55,7 +55,7 @@ FROZEN = {"rotary": (2, 3)}
 
 
 def _autograd_ops() -> list[str]:
-    """The package's declared ops with autograd (other tests declare ops of their own in the namespace)."""
+    """The package's custom ops with autograd (other tests declare ops of their own in the namespace)."""
     return [d.name for d in declared.declared() if d.autograd and not d.name.startswith("pn_test")]
 
 

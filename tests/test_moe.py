@@ -37,7 +37,7 @@ FAMILIES = {"mixtral": {"num_experts_per_tok": 2, "intermediate_size": 32},
 def moe_serving(everywhere: bool = False) -> Iterator[None]:
     """Stand-in overrides of the MoE ops at the CPU key where no backend serves them (``everywhere``:
     behind any backend's, for tests that switch the backends off), plus the stand-ins of the other
-    declared ops: a patched model's calls then reach an override whatever is installed."""
+    custom ops: a patched model's calls then reach an override whatever is installed."""
     handles = []
     try:
         for public, (forward, backward) in MOE_OPS.items():

@@ -1,5 +1,5 @@
 """A patched model under ``torch.compile``, in both ``pn.compile_mode`` values: one graph (no break
-at the patched forwards or the rotary dispatcher), the declared ops kept opaque in it and served by
+at the patched forwards or the rotary dispatcher), the custom ops kept opaque in it and served by
 their overrides at run time, forward and backward, with the eager patched model's results."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_a_patched_model_compiles_to_one_graph_and_its_ops_reach_their_overrides
 
 @pytest.mark.slow
 def test_a_patched_model_exports_with_its_ops_in_the_graph_and_the_program_serves_them():
-    """``torch.export`` of a patched model: the declared ops stay whole in the exported graph, and
+    """``torch.export`` of a patched model: the custom ops stay whole in the exported graph, and
     the exported program computes the eager patched model's loss with them served by overrides."""
     m = model("llama", num_hidden_layers=1)
     batch = inputs(m)

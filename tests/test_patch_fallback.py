@@ -1,4 +1,4 @@
-"""A patched model never runs a declared op that no override serves: where none is active at the
+"""A patched model never runs a custom op that no override serves: where none is active at the
 input's dispatch key (the DSLs switched off, or no kernel installed there), each patched forward
 runs the module's own code, bit for bit the unpatched model and with no custom-op call, and an open
 trace says why; where one is active the overrides serve as before, switches followed call by call.
@@ -36,7 +36,7 @@ def _llama(**overrides) -> torch.nn.Module:
 
 
 def _installed(*ops: str) -> None:
-    """Skip unless an override of each declared op sits at the kernels' key (at the CUDA key the
+    """Skip unless an override of each custom op sits at the kernels' key (at the CUDA key the
     unmeasured ones install only with ``PYTHON_NATIVE_UNMEASURED=1``)."""
     missing = [op for op in ops if not (slot := REGISTRY.slots.get(("python_native", op, KEY))) or not slot.overrides]
     if missing:
@@ -57,7 +57,7 @@ def _ours(trace) -> list:
 
 
 def _nothing_served():
-    """Every DSL that can serve a declared op at the CPU key here, held off."""
+    """Every DSL that can serve a custom op at the CPU key here, held off."""
     return pn.triton.disabled(), getattr(pn, TEST_DSL).disabled()
 
 
@@ -79,7 +79,7 @@ def test_with_the_dsls_off_a_patched_step_is_the_unpatched_step_and_the_trace_sa
     assert torch.equal(patched_loss, loss)
     assert all(torch.equal(patched_grads[n], g) for n, g in grads.items())  # bit for bit
     events = _ours(t)
-    # Only the patched forwards spoke (a declared op's router, reached, would record its own event):
+    # Only the patched forwards spoke (a custom op's router, reached, would record its own event):
     # no custom op ran, forward or backward.
     assert events and all(e.outcome == "fallback" and e.reason.startswith("patch: no override") for e in events)
     assert {(e.op, e.module) for e in events} >= {("rms_norm", "model.layers.0.input_layernorm"),
@@ -122,7 +122,7 @@ def test_the_report_says_which_dsl_serves_each_routed_entry():
 
 
 def test_a_device_without_an_override_runs_the_modules_own_code():
-    """On the meta device no declared op has an override: the module's own forward runs there."""
+    """On the meta device no custom op has an override: the module's own forward runs there."""
     norm = _llama(num_hidden_layers=1).model.norm
     with pn.patched(norm):
         norm.to("meta")
@@ -184,7 +184,7 @@ def _calls(graphs: list) -> list[str]:
 
 @pytest.mark.slow
 def test_compiled_with_nothing_served_it_is_the_compiled_unpatched_model_until_an_override_serves():
-    """Dynamo traces the modules' own code where no override serves (same graphs, no declared op in
+    """Dynamo traces the modules' own code where no override serves (same graphs, no custom op in
     them) and guards on it: once the overrides serve again, the next call recompiles to the ops."""
     graphs: list = []
 

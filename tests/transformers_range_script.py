@@ -2,7 +2,7 @@
 
 For each family given (default: llama, qwen3, mistral) it builds the tiny fp32 causal LM, patches it,
 and checks that the report routes the norms, the gated MLP, the rotary function and the causal-LM
-loss; that one training step through the declared ops (the trace says they served) gives the
+loss; that one training step through the custom ops (the trace says they served) gives the
 unpatched model's loss and gradients; and that ``pn.unpatch`` restores the original forwards and
 function exactly. It prints one JSON line: the transformers version, and per family the report's
 rows and any check that failed. The slow test runs it against the installed release and the oldest
@@ -24,7 +24,7 @@ import transformers  # noqa: E402
 import python_native as pn  # noqa: E402
 
 FAMILIES = ("llama", "qwen3", "mistral")
-# rule -> the declared op it routes to (forward and backward are both checked in the trace)
+# rule -> the custom op it routes to (forward and backward are both checked in the trace)
 WANTED = {"rms_norm": ("rms_norm", "rms_norm_backward"), "gated_mlp": ("swiglu", "swiglu_backward"),
           "rotary": ("rotary", "rotary_backward"),
           "causal_lm_loss": ("linear_cross_entropy.forward", "linear_cross_entropy.backward")}

@@ -31,7 +31,7 @@ def check_pieces(dsl: Any, lib_symbol: Any, op_symbol: Any, dispatch_key: Any, c
     if not dsl_registry.is_known(dsl):
         raise ValueError(f"unknown DSL {dsl!r}; registered DSLs: {dsl_registry.names()} (see pn.register_dsl)")
     # Any namespace will do: what makes an op overridable is that it exists (``signature``) and has a
-    # kernel at the key to fall back to (``slots.current_kernel``), aten's or a declared op's own.
+    # kernel at the key to fall back to (``slots.current_kernel``), aten's or a custom op's own.
     if not lib_symbol.isidentifier():
         raise ValueError(f"lib_symbol={lib_symbol!r} is not an operator namespace (e.g. 'aten', 'python_native')")
     return dsl, lib_symbol, op_symbol, dispatch_key

@@ -17,11 +17,11 @@ Overrides then register at a backend key exactly as for an aten op, with
 calibration, checked mode and compile modes apply unchanged.
 
 Names: ``pn.compile_mode = "keep"`` defines opaque twins of overridden aten ops in the same
-namespace under the aten ops' own names (``python_native::_softmax``). A declared op therefore
-takes a name no aten op has, and a twin whose name a declared op holds is never defined. The one
+namespace under the aten ops' own names (``python_native::_softmax``). A custom op therefore
+takes a name no aten op has, and a twin whose name a custom op holds is never defined. The one
 exception is asked for by name (``aten_namesake=True``): an aten op that is only a composite
 (``aten::rms_norm`` calls ``_fused_rms_norm``) has no kernel of its own for an override to sit on,
-so it never needs a twin, and the declared op may share its name (and so its public name).
+so it never needs a twin, and the custom op may share its name (and so its public name).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ _loading = threading.local()  # set while this thread runs the deferred loaders
 
 
 def declare_on_first_use(load: Callable[[], Any]) -> None:
-    """Run ``load()`` (it declares ops) the first time a declared op or a public name is looked up:
+    """Run ``load()`` (it declares ops) the first time a custom op or a public name is looked up:
     ``torch.ops.python_native.<name>``, ``declared()``, ``is_declared`` or ``public_names``."""
     if load not in deferred:
         deferred.append(load)
@@ -152,7 +152,7 @@ def declare(
         _check_namesake(name, packet)
     elif _aten_has_packet(packet):
         raise ValueError(
-            f"{NAMESPACE}::{name}: aten has an op named {packet!r}; a declared op takes a name aten lacks "
+            f"{NAMESPACE}::{name}: aten has an op named {packet!r}; a custom op takes a name aten lacks "
             f"(the opaque twins of compile mode 'keep' use aten's names in this namespace)"
         )
     with _lock:
@@ -211,7 +211,7 @@ def declared() -> list[DeclaredOp]:
 
 
 def is_declared(name: str) -> bool:
-    """Whether ``name`` (``"packet"`` or ``"packet.overload"``) is a declared op of this namespace."""
+    """Whether ``name`` (``"packet"`` or ``"packet.overload"``) is a custom op of this namespace."""
     if deferred:
         load_deferred()
     with _lock:

@@ -1,7 +1,7 @@
 """Which ``nn.Module`` a routed call runs in: the qualified name a patched forward sets.
 
 A patched model's forwards (``python_native.patching``) set the name of the module they run in
-(``"model.layers.0.mlp"``) for the length of the call; the declared ops keep it for their backward;
+(``"model.layers.0.mlp"``) for the length of the call; the custom ops keep it for their backward;
 ``pn.trace()`` reads it into each event's ``module``. A thread-local attribute rather than a
 context variable: Dynamo traces attribute writes on it (a compiled patched model keeps one graph)
 where it cannot trace ``ContextVar.set``; setting it costs an attribute write, traced or not.

@@ -96,7 +96,7 @@ def _is_op_name(name: str) -> bool:
 
 
 def _namespaces() -> tuple[str, ...]:
-    """Where overrides may sit: aten, the package's own namespace (declared ops), and any other
+    """Where overrides may sit: aten, the package's own namespace (custom ops), and any other
     namespace an override was registered in. Switches name ops without their namespace."""
     return tuple(dict.fromkeys(("aten", declared.NAMESPACE, *(o.lib for o in REGISTRY.overrides()))))
 

@@ -3,9 +3,9 @@
 ``patch(model)`` finds, by structure and a numerical probe, the modules and functions a rule can
 take (hand-written RMSNorms, gated MLPs, activations, the rotary application function, the
 causal-LM loss, mixture-of-experts routers and experts) and installs replacements that call the
-declared ops of ``python_native.ops``, so the overrides of every DSL serve them; ``unpatch(model)``
+custom ops of ``python_native.ops``, so the overrides of every DSL serve them; ``unpatch(model)``
 restores the original forwards and functions exactly. Rules are a registry (``register_patch_rule``) that DSL authors and users
-extend. A feature above the declared ops: it imports the ops and the dispatch core, nothing above.
+extend. A feature above the custom ops: it imports the ops and the dispatch core, nothing above.
 The rules read transformers' modeling files from release 4.56.0 to the newest
 (tests/test_transformers_range.py runs both ends).
 """

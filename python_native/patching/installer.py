@@ -7,7 +7,7 @@ off) and ``probe.preserved(model)`` (nothing a probe did to the model stays). Th
 - a module's replacement as an instance attribute ``forward`` (``nn.Module.__call__`` finds it
   before the class's; hooks run as before): a ``runtime.Installed`` that sets the module scope and
   holds the module, rule and plan its replacement is built from, so a deep copy or an unpickled
-  copy of the model computes with its own modules, and the declared ops the rule routes to: a call
+  copy of the model computes with its own modules, and the custom ops the rule routes to: a call
   no override of them serves runs the module's own forward (``runtime.serves``);
 - a function's replacement as a dispatcher in its modeling module's globals, which serves only
   patched callers; each caller's forward is wrapped to say so. Several patched models share a
@@ -50,7 +50,7 @@ class _Function:
     name: str
     replacement: Callable[..., Any]
     plan: Any
-    ops: tuple[str, ...] = ()  # the declared ops whose overrides must serve a call (``runtime.serves``)
+    ops: tuple[str, ...] = ()  # the custom ops whose overrides must serve a call (``runtime.serves``)
 
 
 class _State:

@@ -11,7 +11,7 @@ the last dim of any rank. It probes each input dtype and routes only those it co
 
 ``layer_norm`` takes nothing: it recognises ``nn.LayerNorm`` subclasses with a forward of their own
 and hand-written LayerNorms, and says in the report what serves them (aten's layer-norm overrides
-where the forward calls ``F.layer_norm``) or why none of the declared ops can.
+where the forward calls ``F.layer_norm``) or why none of the custom ops can.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def match_layer_norm(module: nn.Module) -> LeftAlone | None:
             return None
     if "layer_norm" in type(module).forward.__code__.co_names:
         return LeftAlone("calls F.layer_norm: aten's layer-norm overrides serve it as it stands")
-    return LeftAlone("a hand-written LayerNorm: no declared op computes it bit for bit (F.layer_norm rounds differently)")
+    return LeftAlone("a hand-written LayerNorm: no custom op computes it bit for bit (F.layer_norm rounds differently)")
 
 
 def _no_replacement(module: nn.Module, plan: object):

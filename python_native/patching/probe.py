@@ -2,7 +2,7 @@
 
 Matchers confirm a replacement numerically rather than trusting names: the module's own forward
 and the candidate see the same random probe and must agree exactly (dtype, shape, every bit).
-``session()`` holds every DSL off while matchers run (aten's kernels and the declared ops'
+``session()`` holds every DSL off while matchers run (aten's kernels and the custom ops'
 references only: what a patched model computes with the DSLs off), without gradients, with the
 random number generators forked (a probe never moves the user's random stream: torch's, Python's
 ``random``, numpy's where loaded) and warnings muted. ``preserved(model)`` puts back what a probe

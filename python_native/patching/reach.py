@@ -2,11 +2,11 @@
 
 It patches the model for the step (unless told not to, or patched already), attributes every
 routed call to the innermost module it ran in (forward hooks set the module scope of the modules
-no rule patched; patched ones set their own; the declared ops' backwards keep their forward's),
+no rule patched; patched ones set their own; the custom ops' backwards keep their forward's),
 runs a forward and a backward under ``pn.trace()``, and tables per module class:
 
 - ``override``: routed calls an override served;
-- ``fallback``: routed calls that ran aten's kernel or a declared op's reference, each reason listed;
+- ``fallback``: routed calls that ran aten's kernel or a custom op's reference, each reason listed;
 - ``outside``: calls of modules (or of the functions they call) that a rule recognises but that
   computed outside the package: left alone (with the reason), not patched for this step, handed
   back by a patched forward to the module's own code (with the shape or dtype its probe did not
@@ -57,7 +57,7 @@ class ReachReport:
     model: str
     patch: PatchReport
     rows: dict[str, ReachRow]
-    unserved: list[str]  # declared ops the patch routes to that have no override at the step's key
+    unserved: list[str]  # custom ops the patch routes to that have no override at the step's key
     key: str
 
     def totals(self) -> tuple[int, int, int]:
@@ -148,7 +148,7 @@ def _device_key(model: nn.Module) -> str:
 
 
 def _unserved(events: list, key: str) -> list[str]:
-    """The declared ops the step called with no override installed at ``key`` (forwards seen in the
+    """The custom ops the step called with no override installed at ``key`` (forwards seen in the
     trace, and the backwards declared with them)."""
     called = {e.op for e in events if (e.reason or "").startswith(f"no override of {declared.NAMESPACE}::")}
     mine = {d.name for d in declared.declared()}

@@ -30,7 +30,7 @@ class PatchEntry:
     detail: str  # how it is routed, or why it is left alone
     modules: list[str] = dataclasses.field(default_factory=list)
     ops: tuple[str, ...] = ()
-    declared: tuple[str, ...] = ()  # routed entries: the declared ops an override must serve for a call to take
+    declared: tuple[str, ...] = ()  # routed entries: the custom ops an override must serve for a call to take
     serves: str = ""  # routed entries: what serves their calls on the model's device, and why
 
     @property

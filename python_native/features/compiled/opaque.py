@@ -5,7 +5,7 @@ calls the aten op through the dispatcher, so the override router decides at run 
 
 Twins take their aten op's name in the ``python_native`` namespace; ops the package declares there
 (``python_native.foundations.declared``) take names aten does not have, and are opaque in compiled graphs by
-themselves. Should aten ever grow a declared op's name, that op gets no twin (``not_opaque`` says why).
+themselves. Should aten ever grow a custom op's name, that op gets no twin (``not_opaque`` says why).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def _gate_up(i: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _liger_model_op(op: str) -> Callable[[Inputs], object] | None:
-    """Liger-Kernel's equivalents of the declared ops' rows (ImportError where it is absent).
+    """Liger-Kernel's equivalents of the custom ops' rows (ImportError where it is absent).
 
     Liger's gated kernels make their inputs contiguous first (a copy of each half of a fused
     gate_up) and its rotary kernel rotates q and k in place; both are timed as users call them."""

@@ -170,7 +170,7 @@ class Inputs:
     leaves: list[torch.Tensor] = dataclasses.field(default_factory=list)
     index: torch.Tensor | None = None  # scatter_add / index_add
     k: int = 0  # topk
-    named: dict = dataclasses.field(default_factory=dict)  # the declared ops' rows (``model_rows``), by name
+    named: dict = dataclasses.field(default_factory=dict)  # the custom ops' rows (``model_rows``), by name
 
 
 def backward(out: torch.Tensor | tuple[torch.Tensor, ...], dy: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
@@ -279,7 +279,7 @@ def torch_function(op: str) -> Callable[[Inputs], torch.Tensor]:
 
 
 def formula(op: str) -> Callable[[Inputs], torch.Tensor] | None:
-    """The plain-torch formula a declared op's row replaces (what Inductor compiles), or None."""
+    """The plain-torch formula a custom op's row replaces (what Inductor compiles), or None."""
     found = model_rows.FORMULAS.get(op)
     return None if found is None else (lambda i: found(i.named))
 
