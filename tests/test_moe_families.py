@@ -253,3 +253,20 @@ def test_a_frozen_models_routers_are_taken_as_a_trainable_ones(family):
     m.requires_grad_(False)
     got = {e.target: e.detail for e in pn.patch(m, ["moe_router"], dry_run=True).patched}
     assert got == want and len(want) == 1, (got, want)
+
+
+@pytest.mark.parametrize("family", ["granitemoe", "laguna"])
+def test_bf16_routers_that_make_their_logits_fp32_are_served_bit_for_bit(family):
+    """GraniteMoE's and Laguna's routers run the linear layer in bf16, route on its fp32 copy and cast
+    the weights back: with the references serving, the patched model's outputs are the unpatched ones."""
+    m = tiny(family).to(torch.bfloat16)
+    batch = tiny_models.example_inputs(m, batch=2, seq=8)
+    with pn.triton.disabled(), moe_serving(everywhere=True), aten_overrides_off():
+        out = m(**batch)
+        with pn.patched(m, MOE_RULES) as report, pn.trace() as t:
+            same = m(**batch)
+    assert "logits made fp32 after the linear layer" in {e.rule: e.detail for e in report.patched}["moe_router"]
+    _, routers = moe_modules(m)
+    served = sorted(e.module for e in t.events if e.op == "moe_route" and e.outcome == "override")
+    assert served == sorted(routers), served
+    assert torch.equal(same.logits, out.logits) and torch.equal(same.loss, out.loss)

@@ -215,6 +215,7 @@ class RouterPlan:
     bias_buffer: str | None
     dtype: torch.dtype
     dense: bool = False  # returns (weights scattered to (tokens, experts), indices) (GPT-OSS before 5.0)
+    upcast: bool = False  # logits made fp32 after the linear layer, weights cast back to the input's dtype (Granite)
 
     op = "moe_route"
 
@@ -223,7 +224,8 @@ class RouterPlan:
                  "keep_float")
         shown = ", ".join(f"{n}={v}" for n, v in zip(names, self.route, strict=True))
         return (f"top_k={self.top_k}, {shown}" + (f", bias={self.bias_buffer}" if self.bias_buffer else "")
-                + ("; returns dense weights and indices" if self.dense else ""))
+                + ("; returns dense weights and indices" if self.dense else "")
+                + ("; logits made fp32 after the linear layer, weights in the input's dtype" if self.upcast else ""))
 
 
 def _frozen_vectors(module: nn.Module, experts: int) -> list[str]:
@@ -270,7 +272,8 @@ def _logits(module: nn.Module, plan: RouterPlan, x: torch.Tensor) -> torch.Tenso
     h = x.reshape(-1, module.weight.shape[1]) if plan.flatten else x
     if plan.fp32_logits:
         return F.linear(h.float(), module.weight.float())
-    return F.linear(h, module.weight, module.bias if "bias" in module._parameters else None)
+    logits = F.linear(h, module.weight, module.bias if "bias" in module._parameters else None)
+    return logits.float() if plan.upcast else logits
 
 
 def _route(module: nn.Module, plan: RouterPlan, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -281,7 +284,7 @@ def _route(module: nn.Module, plan: RouterPlan, x: torch.Tensor) -> tuple[torch.
                                        scaling, keep)
     if plan.dense:
         return torch.zeros_like(logits).scatter(1, indices, weights), indices
-    return logits, weights, indices
+    return logits, weights.to(x.dtype) if plan.upcast else weights, indices
 
 
 def _unfit_router(module: nn.Module, twin: nn.Module, flat: Any, x: torch.Tensor) -> str | None:
@@ -314,10 +317,11 @@ def match_router(module: nn.Module) -> RouterPlan | LeftAlone | None:
     batched = probe.attempt(type(module).forward, twin, x)
     flatten = isinstance(batched, tuple) and probe.same(batched, flat)
     dense = len(flat) == 2
-    for fp32, (route, buffer) in itertools.product((False, True), _route_candidates(module, weight.shape[0])):
+    modes = ((False, False), (True, False)) + (((False, True),) if weight.dtype != torch.float32 else ())
+    for (fp32, upcast), (route, buffer) in itertools.product(modes, _route_candidates(module, weight.shape[0])):
         if fp32 and bias is not None:
             continue
-        plan = RouterPlan(module.top_k, fp32, flatten, route, buffer, weight.dtype, dense)
+        plan = RouterPlan(module.top_k, fp32, flatten, route, buffer, weight.dtype, dense, upcast)
         if probe.same(flat, probe.attempt(_route, twin, plan, x.reshape(-1, weight.shape[1]))):
             return plan
     if dense:
