@@ -19,9 +19,9 @@ with that reason: the op weighs the experts' outputs.
 weights, indices)`` (or, GPT-OSS before 5.0, the weights scattered to (tokens, experts) and the
 indices): the routers' linear layer (in the weights' dtype, in fp32, or in the weights' dtype then
 made fp32 with the weights cast back, as GraniteMoE and Laguna do), then ``moe_route`` in the
-variant the probe finds (softmax
-then top-k, renormalised or not, kept in fp32 or cast back; top-k then softmax; sigmoid with the
-module's correction bias, a buffer or a frozen parameter, groups and scaling factor). A router
+variant the probe finds (softmax then top-k, renormalised or not, kept in fp32 or cast back; top-k
+then softmax; sigmoid with the module's correction bias, a buffer or a frozen parameter, groups and
+scaling factor). A router
 returning other tensors (Llama 4's dense scores and logits) or drawing random numbers (a sampling
 router) is left alone, saying which; PhiMoE's, which jitters its input in place, is refused before
 any probe (``effects``).
