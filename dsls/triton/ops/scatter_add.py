@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import Driver, Sample, rand
 
 from ..plans.layout import dense_like
 from ..plans.scatter import DTYPES, Axes, ScatterPlan, axes, contiguous_strides, scatter_plan, span
@@ -204,6 +205,55 @@ def _impl(op: str, inplace: bool, scatter: bool) -> Callable[..., Tensor]:
     return impl
 
 
+def _indices(high: int, *shape: int, device: str) -> torch.Tensor:
+    return torch.randint(0, high, shape, device=device)
+
+
+def _scatter_cases(inplace: bool):
+    """``verify``'s cases (index tensors captured by the calls, so the float64 run widens only the values)."""
+    def call(s: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        if inplace:  # src cut to index's shape: the in-place backward rejects a larger one
+            return s.clone().scatter_add_(dim, index, src[tuple(slice(n) for n in index.shape)])
+        return s.scatter_add(dim, index, src)
+
+    def cases(dtype: torch.dtype, device: str):
+        moe = _indices(16, 64, 1, device=device).expand(64, 32)  # token -> row, broadcast along hidden
+        yield Sample("expanded index (MoE)", lambda s, src: call(s, 0, moe, src),
+                     [rand(16, 32, dtype=dtype, device=device), rand(64, 32, dtype=dtype, device=device)])
+        full = _indices(7, 5, 9, device=device)
+        yield Sample("dim 1, index smaller than src", lambda s, src: call(s, 1, full, src),
+                     [rand(5, 7, dtype=dtype, device=device), rand(6, 12, dtype=dtype, device=device)])
+        mid = _indices(4, 3, 6, 5, device=device)
+        yield Sample("3-D, middle dim", lambda s, src: call(s, 1, mid, src),
+                     [rand(3, 4, 5, dtype=dtype, device=device), rand(3, 6, 5, dtype=dtype, device=device)])
+        back = _indices(10, 10, 3, device=device)
+        yield Sample("transposed self, dim -2", lambda s, src: call(s, -2, back, src),
+                     [rand(3, 10, dtype=dtype, device=device).t(), rand(10, 3, dtype=dtype, device=device)])
+    return cases
+
+
+def _index_add_cases(inplace: bool):
+    """``verify``'s cases, as ``_scatter_cases``'s."""
+    def call(s: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, alpha: float) -> torch.Tensor:
+        if inplace:
+            return s.clone().index_add_(dim, index, source, alpha=alpha)
+        return torch.index_add(s, dim, index, source, alpha=alpha)
+
+    def cases(dtype: torch.dtype, device: str):
+        rows = _indices(16, 64, device=device)
+        yield Sample("MoE combine", lambda s, src: call(s, 0, rows, src, 1),
+                     [rand(16, 32, dtype=dtype, device=device), rand(64, 32, dtype=dtype, device=device)])
+        cols = _indices(9, 20, device=device).to(torch.int32)
+        yield Sample("dim 1, int32 index, alpha -2", lambda s, src: call(s, 1, cols, src, -2.0),
+                     [rand(4, 9, dtype=dtype, device=device), rand(4, 20, dtype=dtype, device=device)])
+        mid = _indices(5, 7, device=device)
+        yield Sample("3-D, middle dim, alpha 0.5", lambda s, src: call(s, 1, mid, src, 0.5),
+                     [rand(2, 5, 3, dtype=dtype, device=device), rand(2, 7, 3, dtype=dtype, device=device)])
+        yield Sample("sliced source", lambda s, src: call(s, 0, rows[:10], src[:, ::2], 1),
+                     [rand(16, 8, dtype=dtype, device=device), rand(10, 16, dtype=dtype, device=device)])
+    return cases
+
+
 def _op(op: str, inplace: bool, scatter: bool) -> Op:
     """Floats decline under deterministic algorithms (the atomics add them in no fixed order); an
     ``alpha`` beyond self's dtype declines (aten raises); in-place calls also check per call that
@@ -215,7 +265,8 @@ def _op(op: str, inplace: bool, scatter: bool) -> Op:
     return Op(op, (_scatter if scatter else _index)(inplace), _impl(op, inplace, scatter), key, measured=False,
               check=_apart_why if inplace else None, options={} if inplace else {"derive_variants": ("out",)},
               bench=(op.rstrip("_"),), nondeterministic="the kernel's float atomics add in no fixed order",
-              deterministic_when="not self.dtype.is_floating_point")
+              deterministic_when="not self.dtype.is_floating_point",
+              verify=Driver((_scatter_cases if scatter else _index_add_cases)(inplace), () if inplace else (op,)))
 
 
 FAMILY = Family(DSL_NAME, "scatter_add", [

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import Driver, Sample, rand
 
 from ..plans.select import TopkPlan, rows_along, topk_plan
 from ..target import DSL_NAME
@@ -57,8 +58,25 @@ def topk_impl(self: Tensor, k: int, dim: int, largest: bool, sorted: bool,
     return FAMILY.kernels().run_topk(self, plan)
 
 
+def _cases(dtype: torch.dtype, device: str):
+    """``verify``'s cases: both paths (k up to 32, and the sorting one), NaN and infinities, any dim."""
+    x = rand(6, 100, dtype=dtype, device=device)
+    yield Sample("k=8 largest", lambda t: torch.topk(t, 8).values, [x])
+    yield Sample("k=40 smallest (sorting path)", lambda t: torch.topk(t, 40, largest=False).values, [x])
+    # sorted=False promises no order: compare the sets, as sorted lists.
+    yield Sample("unsorted", lambda t: torch.topk(t, 8, sorted=False).values.sort(-1, descending=True).values, [x])
+    special = rand(3, 50, dtype=dtype, device=device)
+    special[0, 3] = special[1, :10] = float("nan")
+    special[0, 7], special[2, 1], special[2, 2] = float("inf"), float("-inf"), -0.0
+    yield Sample("NaN and inf, largest", lambda t: torch.topk(t, 12).values, [special])
+    yield Sample("NaN and inf, smallest", lambda t: torch.topk(t, 45, largest=False).values, [special])
+    yield Sample("transposed", lambda t: torch.topk(t, 3, dim=1).values, [rand(33, 4, dtype=dtype, device=device).t()])
+    yield Sample("middle dim", lambda t: torch.topk(t, 4, dim=1).values, [rand(4, 10, 5, dtype=dtype, device=device)])
+    yield Sample("wide row, chunked", lambda t: torch.topk(t, 8).values, [rand(1, 9000, dtype=dtype, device=device)])
+
+
 # A SymInt ``k`` comes with FakeTensors (tracing), which are planned directly: no key holds it.
 FAMILY = Family(DSL_NAME, "topk", [
     Op("topk", topk_plan_or_why, topk_impl, ("self", "k", "dim", "largest"), measured=False,
-       options={"derive_variants": ("out",)}, bench=("topk",)),
+       options={"derive_variants": ("out",)}, bench=("topk",), verify=Driver(_cases, ("topk",))),
 ], kernels="topk")

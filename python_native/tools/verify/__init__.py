@@ -8,7 +8,7 @@ truth). The override passes when it is as close to aten as the dtype's default t
 further from the truth than aten is (see ``mismatch``). An override that raises on an input its
 cond accepted is a failure too: conds must decline what impls cannot do.
 
-Rooms: ``samples`` (catalogue cases, OpInfo samples), ``rows``, ``reductions``, ``indexing`` and
+Rooms: ``samples`` (catalogue cases, OpInfo samples), ``rows``, ``reductions`` and
 ``group_norm_dropout`` (the drivers of the aten ops both backends override), ``drivers`` (those and
 the drivers the ops' declarations carry, ``Op.verify``), ``compare`` (the pass rule), ``run``
 (running and the report).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from python_native.tools.verify import group_norm_dropout, indexing, reductions, rows
+from python_native.tools.verify import group_norm_dropout, reductions, rows
 from python_native.tools.verify.samples import Driver
 from python_native_dsls.catalogue import built_ops
 
@@ -19,14 +19,13 @@ def _declared() -> dict[str, Driver]:
         driver, op = built.op.verify, built.op
         if driver is None or built.spec.op in found:
             continue
-        if not driver.backward_ops:
+        if not driver.backward_ops and op.public_name is not None:
             backward = (b.spec.op for b in every if b.op.backward and (b.op.lib, b.op.public_name) == (op.lib, op.public_name))
             driver = dataclasses.replace(driver, backward_ops=tuple(dict.fromkeys(backward)))
         found[built.spec.op] = driver
     return found
 
 
-DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **indexing.DRIVERS,
-                              **_declared()}
+DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **_declared()}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}
