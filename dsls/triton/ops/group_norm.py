@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import Driver, Sample, rand
 
 from ..plans.group_norm import ChannelView, GroupNormPlan, group_norm_plan, plan_or_why, view_of, view_why
 from ..target import DSL_NAME
@@ -86,10 +88,39 @@ def group_norm_backward_impl(
 
 
 # The plans depend on the device's index too: its SM count sizes the statistics passes.
+_GROUP_NORM_CASES: list[tuple[str, tuple[int, ...], int, torch.memory_format, str]] = [
+    # name, shape, groups, layout, parameters ("wb": weight and bias, "w": weight only, "": none)
+    ("NCHW, odd spatial size", (2, 6, 5, 7), 3, torch.contiguous_format, "wb"),
+    ("channels_last", (2, 8, 6, 6), 4, torch.channels_last, "wb"),
+    ("a group per channel, weight only", (3, 4, 9), 4, torch.contiguous_format, "w"),
+    ("channels_last_3d, no affine", (2, 4, 3, 3, 3), 2, torch.channels_last_3d, ""),
+    ("N x C only", (5, 6), 2, torch.contiguous_format, "wb"),
+    ("one group, long rows", (2, 3, 40, 40), 1, torch.contiguous_format, "wb"),
+]
+
+
+def _group_norm_cases(dtype: torch.dtype, device: str):
+    """``verify``'s cases: layouts, group counts and affine parameters, and a large mean."""
+    for name, shape, groups, layout, params in _GROUP_NORM_CASES:
+        x = rand(*shape, dtype=dtype, device=device).contiguous(memory_format=layout)
+        c = shape[1]
+        inputs = [x] + [rand(c, dtype=dtype, device=device) for _ in params]
+
+        def fn(t, *p, _g=groups, _params=params):
+            weight = p[0] if "w" in _params else None
+            bias = p[1] if "b" in _params else None
+            return F.group_norm(t, _g, weight, bias, eps=1e-5)
+
+        yield Sample(name, fn, inputs)
+    offset = (rand(2, 4, 8, 8, dtype=torch.float32, device=device) * 1e2 + 1e4).to(dtype)
+    yield Sample("1e4 mean, 1e2 spread", lambda t: F.group_norm(t, 2), [offset])
+
+
 FAMILY = Family(DSL_NAME, "group_norm", [
     Op("native_group_norm", forward_plan_or_why, group_norm_impl,
        ("input", "weight", "bias", "N", "C", "HxW", "group", "input.get_device()"), public_name="group_norm",
-       measured=False, options={"derive_variants": ("out",)}, bench=("group_norm", "group_norm_cl")),
+       measured=False, options={"derive_variants": ("out",)}, bench=("group_norm", "group_norm_cl"),
+       verify=Driver(_group_norm_cases, ("nn.functional.group_norm",), ("native_group_norm_backward",))),
     Op("native_group_norm_backward", backward_plan_or_why, group_norm_backward_impl,
        ("grad_out", "input", "mean", "rstd", "weight", "N", "C", "HxW", "group", "input.get_device()"),
        public_name="group_norm", backward=True, measured=False, bench=("group_norm", "group_norm_cl")),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from python_native.tools.verify import group_norm_dropout, reductions, rows
+from python_native.tools.verify import reductions, rows
 from python_native.tools.verify.samples import Driver
 from python_native_dsls.catalogue import built_ops
 
@@ -26,6 +26,6 @@ def _declared() -> dict[str, Driver]:
     return found
 
 
-DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **group_norm_dropout.DRIVERS, **reductions.DRIVERS, **_declared()}
+DRIVERS: dict[str, Driver] = {**rows.DRIVERS, **reductions.DRIVERS, **_declared()}
 
 FORWARD_OF = {b: fwd for fwd, d in DRIVERS.items() for b in d.backward_ops if b != fwd}
