@@ -60,7 +60,7 @@ def compiler():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{'+'.join(sorted(c[4])) or 'plain'}")
 def test_kernel_compiles_for_sm90a(compiler, case):
-    from python_native_dsls.cutedsl.variant import Specialization
+    from python_native_dsls.cutedsl.specialization import Specialization
 
     kernel, dtype, out_dtype, threads, flags = case
     obj = compiler.compile_to_object(Specialization(kernel, dtype, out_dtype, threads, frozenset(flags)), "sm_90a")
@@ -68,7 +68,7 @@ def test_kernel_compiles_for_sm90a(compiler, case):
 
 
 def test_arch_reaches_the_cubin(compiler):
-    from python_native_dsls.cutedsl.variant import Specialization
+    from python_native_dsls.cutedsl.specialization import Specialization
 
     obj = compiler.compile_to_object(Specialization("softmax_backward", "float32", "float32", 128), "sm_80")
     assert embedded_cubin_sm(obj) == 80
@@ -77,7 +77,7 @@ def test_arch_reaches_the_cubin(compiler):
 PTX_PROBE = """
 import json, re, sys
 from python_native_dsls.cutedsl.kernels import compiler
-from python_native_dsls.cutedsl.variant import Specialization
+from python_native_dsls.cutedsl.specialization import Specialization
 out = {}
 for kernel in ("norm_forward", "softmax_forward"):
     for vec in (False, True):
@@ -109,14 +109,14 @@ def test_vec_variants_move_16_bytes_per_access(tmp_path):
 
 
 def test_backward_kernels_have_no_vec_variant(compiler):
-    from python_native_dsls.cutedsl.variant import Specialization
+    from python_native_dsls.cutedsl.specialization import Specialization
 
     with pytest.raises(ValueError, match="'norm_backward' has no vectorized specialization"):
         compiler.compile_to_object(Specialization("norm_backward", "float32", "float32", 128, frozenset({"vec"})), "sm_90a")
 
 
 def test_row_reduce_needs_one_reduction_flag(compiler):
-    from python_native_dsls.cutedsl.variant import Specialization
+    from python_native_dsls.cutedsl.specialization import Specialization
 
     for flags in ({"vec"}, {"sum", "max"}):
         with pytest.raises(ValueError, match="row_reduce needs exactly one of the flags"):
@@ -124,7 +124,7 @@ def test_row_reduce_needs_one_reduction_flag(compiler):
 
 
 def test_unknown_kernel_is_named(compiler):
-    from python_native_dsls.cutedsl.variant import Specialization
+    from python_native_dsls.cutedsl.specialization import Specialization
 
     with pytest.raises(ValueError, match="unknown CuTe DSL kernel 'nope'"):
         compiler.compile_to_object(Specialization("nope", "float32", "float32", 128), "sm_90a")
@@ -135,7 +135,7 @@ def test_cached_object_loads_in_a_fresh_process(tmp_path):
     code = textwrap.dedent("""
         import os, sys
         from python_native_dsls.cutedsl.kernels import compiler
-        from python_native_dsls.cutedsl.variant import Specialization
+        from python_native_dsls.cutedsl.specialization import Specialization
         v = Specialization("softmax_forward", "float32", "float32", 128, frozenset({"log"}))
         payload, cached, _ = compiler.build(v, "sm_90a")
         fn = compiler.load_object(payload, v.symbol())

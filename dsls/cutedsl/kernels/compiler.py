@@ -31,8 +31,8 @@ from python_native.foundations import env, logs, safe_write
 from python_native.foundations.kernel_cache import EntryKey, KernelCache, package_version, source_fingerprint
 from python_native.foundations.speckey import SpecializationCache
 
+from ..specialization import Specialization
 from ..target import DSL_NAME, dispatch_key, runtime_version
-from ..variant import Specialization
 from . import norm, reduce, softmax
 
 # Every source a binary is built from: the kernels, this compiler, and the specialization that names it.
@@ -41,7 +41,7 @@ SOURCES = [
     _BACKEND_DIR / name
     for name in (
         "kernels/_blocks.py", "kernels/norm.py", "kernels/reduce.py", "kernels/softmax.py", "kernels/compiler.py",
-        "variant.py",
+        "specialization.py",
     )
 ]
 

@@ -18,8 +18,8 @@ from python_native_dsls.constants import sm_count
 from python_native_dsls.family import kernel_loader
 from python_native_dsls.layout import Rows, as_rows, reduced_rows, stat_shape
 
+from ..specialization import Specialization
 from ..target import DSL_NAME
-from ..variant import Specialization
 
 __all__ = ["Rows", "as_rows", "reduced_rows", "stat_shape"]
 

@@ -92,7 +92,7 @@ FAMILY = Family(DSL_NAME, "layer_norm", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, affine (weight and bias) and plain; the forward also vectorized."""
-    from ..variant import Specialization
+    from ..specialization import Specialization
 
     out = []
     for dtype in DTYPE_NAMES.values():

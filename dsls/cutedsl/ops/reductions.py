@@ -88,7 +88,7 @@ FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in KINDS], kernels=KERNE
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype, size class and reduction, plain and vectorized."""
-    from ..variant import Specialization
+    from ..specialization import Specialization
 
     return [
         (op, cls, Specialization("row_reduce", dtype, dtype, threads_of(cls), frozenset({kind, *vec})))

@@ -85,7 +85,7 @@ FAMILY = Family(DSL_NAME, "rms_norm", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, with and without a weight; the forward also vectorized."""
-    from ..variant import Specialization
+    from ..specialization import Specialization
 
     out = []
     for dtype in DTYPE_NAMES.values():

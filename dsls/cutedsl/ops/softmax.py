@@ -89,7 +89,7 @@ FAMILY = Family(DSL_NAME, "softmax", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, softmax and log-softmax, plus the fp16 -> fp32 (half_to_float) pair."""
-    from ..variant import Specialization
+    from ..specialization import Specialization
 
     pairs = [(d, d) for d in DTYPE_NAMES.values()] + [("float16", "float32")]
     out = []
