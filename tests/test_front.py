@@ -86,10 +86,10 @@ class GatedCond:
 @pytest.fixture
 def declared():
     """GatedCond's masks offered to the front as a feature's gates would offer them."""
-    gates = extensions.declare_call_gates(extensions.CallGates(
-        calibration.WIDE_ROW, lambda cond: cond.decline_masks if isinstance(cond, GatedCond) else None))
+    extensions.register(extensions.Hooks("test gates", call_gates=extensions.CallGates(
+        calibration.WIDE_ROW, lambda cond: cond.decline_masks if isinstance(cond, GatedCond) else None)))
     yield
-    extensions.remove(extensions.CALL_GATES, gates)
+    extensions.unregister("test gates")
 
 
 def test_calls_the_gate_surely_declines_never_enter_python(compiled, declared, overrides):

@@ -1,31 +1,40 @@
 """Where features plug into the dispatch core, which never names them.
 
-Extension points, each a list a feature appends to when it is imported:
+A feature plugs in once, when it is imported: ``register(Hooks(name, ...))``, one object naming
+everything the feature adds (every field optional):
 
-- *cond wrappers* ``(handle, cond) -> cond``: applied in order when an override is committed to
-  its slot (a calibration gate declines where the override loses to aten). The result is what
-  the generated router calls, so a wrapper costs nothing per call beyond what it adds itself.
-- *impl wrappers* ``(handle, impl) -> impl``: the same for impls (checked mode compares each
-  result with aten's).
-- *overrides-changed listeners* ``() -> None``: told after overrides were registered or removed,
-  under the registry's lock (compile mode keeps Inductor's tables in step with the overridden ops).
-- *removed listeners* ``(handle) -> None``: told once per removed override, under the lock
+- ``wrap_cond`` ``(handle, cond) -> cond``: applied when an override is committed to its slot (a
+  calibration gate declines where the override loses to aten). The result is what the generated
+  router calls, so a wrapper costs nothing per call beyond what it adds itself.
+- ``wrap_impl`` ``(handle, impl) -> impl``: the same for impls (checked mode compares each result
+  with aten's; replay records a call's launches).
+- ``unwrap`` ``(routed) -> inner | None``: the cond or impl a routed one of this feature's wraps
+  (None: not one of its wrappers), so ``pn.explain`` can name each layer of a routed call.
+- ``overrides_changed`` ``() -> None``: told after overrides were registered or removed, under the
+  registry's lock (compile mode keeps Inductor's tables in step with the overridden ops).
+- ``override_removed`` ``(handle) -> None``: told once per removed override, under the lock
   (calibration stops counting it as a rival).
-- *slot listeners* ``(slot) -> None``: told when a slot's router is registered in the dispatcher,
-  before it is taken out, and after each refresh (``slot.active`` and ``slot.traced`` then say
-  what the router does). A compiled front registers above the router and follows its state.
-- *call gates* (``CallGates``): how a feature's cond wrappers classify a call (size bucket and
-  width class of its first tensor argument) and, for a routed cond that is one of them, the calls
-  it surely declines, so a compiled front can send those to aten without entering Python (the
-  calibration gate).
-- *every-call impls* ``(impl) -> bool``: whether a routed impl must see every call, so that no
-  front may send a call around it (checked mode's comparing wrapper).
-- *held installers* ``(ops, dispatch_key) -> [installed]``: install overrides of ``ops`` held back
-  at ``dispatch_key`` until asked for (unmeasured ones, asked for where they will be timed on
-  first use); each installs all it holds of them or, raising, none.
+- ``slot_registered`` / ``slot_unregistering`` / ``slot_refreshed`` ``(slot) -> None``: told when a
+  slot's router is registered in the dispatcher, before it is taken out, and after each refresh
+  (``slot.active`` and ``slot.traced`` then say what the router does). A compiled front registers
+  above the router and follows its state.
+- ``call_gates`` (``CallGates``): how the feature's cond wrappers classify a call, and for a routed
+  cond that is one of them, the calls it surely declines, so a compiled front can send those to
+  aten without entering Python (the calibration gate).
+- ``every_call`` ``(impl) -> bool``: whether a routed impl must see every call, so that no front
+  may send a call around it (checked mode's comparing wrapper).
+- ``install_held`` ``(ops, dispatch_key) -> [installed]``: install overrides of ``ops`` held back
+  at ``dispatch_key`` until asked for (unmeasured ones, timed on first use); each installs all it
+  holds of them or, raising, none.
+- ``own_registration`` ``() -> str | None``: the text by which the dispatcher's dump names what the
+  feature registers above a router, so the core can tell the kernel it shadows from its own layers.
+- ``status`` ``() -> [line]``: the feature's lines for ``python -m python_native status``.
 
-Wrappers run before the dispatcher changes, so one that raises fails that registration only.
-Listeners run after the change: one that raises is logged and never undoes it.
+Hooks run in ``(order, name)`` order, whatever order the features were imported in: an impl
+wrapper of a lower ``order`` sits inside one of a higher. Each point is a tuple, taken again at
+every ``register``: the core iterates it without a lookup per hook, and only at commit time for the
+wrappers, never per call. Wrappers run before the dispatcher changes, so one that raises fails that
+registration only. Listeners run after the change: one that raises is logged and never undoes it.
 """
 
 from __future__ import annotations
@@ -42,16 +51,6 @@ log = logging.getLogger("python_native")
 
 CondWrapper = Callable[["OverrideHandle", Any], Any]
 ImplWrapper = Callable[["OverrideHandle", Any], Any]
-
-COND_WRAPPERS: list[CondWrapper] = []
-IMPL_WRAPPERS: list[ImplWrapper] = []
-OVERRIDES_CHANGED: list[Callable[[], None]] = []
-OVERRIDE_REMOVED: list[Callable[[OverrideHandle], None]] = []
-SLOT_REGISTERED: list[Callable[[Any], None]] = []
-SLOT_UNREGISTERING: list[Callable[[Any], None]] = []
-SLOT_REFRESHED: list[Callable[[Any], None]] = []
-EVERY_CALL: list[Callable[[Any], bool]] = []
-HELD_INSTALLERS: list[Callable[[tuple[str, ...], str], list[str]]] = []
 
 
 @dataclass(frozen=True)
@@ -70,119 +69,178 @@ class CallGates:
     masks: Callable[[Any], Callable[[str], dict[str, tuple[int, int]] | None] | None]
 
 
-CALL_GATES: list[CallGates] = []
-# Text by which the dispatcher's dump names a registration a listener makes above a router, so the
-# core can tell the kernel it shadows from its own layers.
-OWN_REGISTRATIONS: list[str] = []
+# The callable fields of ``Hooks``, in the order the module docstring gives them.
+_CALLABLES = ("wrap_cond", "wrap_impl", "unwrap", "overrides_changed", "override_removed", "slot_registered",
+              "slot_unregistering", "slot_refreshed", "every_call", "install_held", "own_registration", "status")
 
 
-def _add(points: list, fn: Callable[..., Any]) -> Callable[..., Any]:
-    if not callable(fn):
-        raise TypeError(f"an extension must be callable, got {type(fn).__name__}: {fn!r}")
-    if fn not in points:  # importing a feature twice (reload) must not wrap twice
-        points.append(fn)
-    return fn
+@dataclass(frozen=True)
+class Hooks:
+    """Everything one feature plugs into the core (see the module docstring for each field)."""
+
+    name: str
+    order: int = 0
+    wrap_cond: CondWrapper | None = None
+    wrap_impl: ImplWrapper | None = None
+    unwrap: Callable[[Any], Any] | None = None
+    overrides_changed: Callable[[], None] | None = None
+    override_removed: Callable[[OverrideHandle], None] | None = None
+    slot_registered: Callable[[Any], None] | None = None
+    slot_unregistering: Callable[[Any], None] | None = None
+    slot_refreshed: Callable[[Any], None] | None = None
+    every_call: Callable[[Any], bool] | None = None
+    install_held: Callable[[tuple[str, ...], str], list[str]] | None = None
+    own_registration: Callable[[], str | None] | None = None
+    status: Callable[[], list[str]] | None = None
+    call_gates: CallGates | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a feature's hooks need a non-empty name, got {self.name!r}")
+        if not isinstance(self.order, int) or isinstance(self.order, bool):
+            raise TypeError(f"hooks {self.name!r}: order must be an int, got {type(self.order).__name__}: {self.order!r}")
+        for field in _CALLABLES:
+            value = getattr(self, field)
+            if value is not None and not callable(value):
+                raise TypeError(f"hooks {self.name!r}: {field} must be callable or None, "
+                                f"got {type(value).__name__}: {value!r}")
+        if self.call_gates is not None and not isinstance(self.call_gates, CallGates):
+            raise TypeError(f"hooks {self.name!r}: call_gates must be a CallGates or None, "
+                            f"got {type(self.call_gates).__name__}: {self.call_gates!r}")
 
 
-def wrap_conds(fn: CondWrapper) -> CondWrapper:
-    """Apply ``fn(handle, cond) -> cond`` to every override committed from now on."""
-    return _add(COND_WRAPPERS, fn)
+class _Points:
+    """Per field of ``Hooks``, the registered features' values in hook order (never None)."""
+
+    __slots__ = (*_CALLABLES, "call_gates")
+
+    def __init__(self) -> None:
+        for field in self.__slots__:
+            setattr(self, field, ())
 
 
-def wrap_impls(fn: ImplWrapper) -> ImplWrapper:
-    """Apply ``fn(handle, impl) -> impl`` to every override committed from now on."""
-    return _add(IMPL_WRAPPERS, fn)
+POINTS = _Points()  # one object, rebound never: the core may keep it and read its tuples
+_HOOKS: dict[str, Hooks] = {}
 
 
-def on_overrides_changed(fn: Callable[[], None]) -> Callable[[], None]:
-    """Call ``fn()`` after each registration and removal."""
-    return _add(OVERRIDES_CHANGED, fn)
+def register(hooks: Hooks) -> Hooks:
+    """Plug a feature in: its hooks apply to every override committed and every event from now on."""
+    if not isinstance(hooks, Hooks):
+        raise TypeError(f"register takes a Hooks, got {type(hooks).__name__}: {hooks!r}")
+    if hooks.name in _HOOKS:
+        raise ValueError(f"hooks named {hooks.name!r} are already registered (registered: {sorted(_HOOKS)}); "
+                         "a feature registers once, under a name of its own")
+    _HOOKS[hooks.name] = hooks
+    _snapshot()
+    return hooks
 
 
-def on_override_removed(fn: Callable[[OverrideHandle], None]) -> Callable[[OverrideHandle], None]:
-    """Call ``fn(handle)`` for each override taken out."""
-    return _add(OVERRIDE_REMOVED, fn)
+def unregister(name: str) -> None:
+    """Unplug the feature registered as ``name`` (overrides committed before keep their wrappers)."""
+    if name not in _HOOKS:
+        raise ValueError(f"no hooks named {name!r} are registered; registered: {sorted(_HOOKS)}")
+    del _HOOKS[name]
+    _snapshot()
 
 
-def on_slot_registered(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Call ``fn(slot)`` right after a slot's router is registered in the dispatcher."""
-    return _add(SLOT_REGISTERED, fn)
+def registered() -> tuple[Hooks, ...]:
+    """Every registered feature's hooks, in hook order."""
+    return tuple(sorted(_HOOKS.values(), key=lambda h: (h.order, h.name)))
 
 
-def on_slot_unregistering(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Call ``fn(slot)`` right before a slot's router is taken out of the dispatcher."""
-    return _add(SLOT_UNREGISTERING, fn)
-
-
-def on_slot_refreshed(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Call ``fn(slot)`` after each refresh of a slot (a registration, removal, toggle or trace)."""
-    return _add(SLOT_REFRESHED, fn)
-
-
-def declare_call_gates(gates: CallGates) -> CallGates:
-    """Offer a feature's gates to dispatch fronts (``CallGates``)."""
-    if not isinstance(gates, CallGates):
-        raise TypeError(f"call gates must be a CallGates, got {type(gates).__name__}: {gates!r}")
-    if gates not in CALL_GATES:
-        CALL_GATES.append(gates)
-    return gates
-
-
-def needs_every_call(fn: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """Ask ``fn(impl)`` whether a routed impl must see every call (no front sends a call around it)."""
-    return _add(EVERY_CALL, fn)
+def _snapshot() -> None:
+    ordered = registered()
+    for field in _Points.__slots__:
+        setattr(POINTS, field, tuple(value for h in ordered if (value := getattr(h, field)) is not None))
 
 
 def sees_every_call(impl: Any) -> bool:
     """Whether some feature needs ``impl`` (a routed impl) to see every call."""
-    for fn in EVERY_CALL:  # a plain loop: a front asks on every refresh
+    for fn in POINTS.every_call:  # a plain loop: a front asks on every refresh
         if fn(impl):
             return True
     return False
-
-
-def on_install_held(fn: Callable[[tuple[str, ...], str], list[str]]) -> Callable[[tuple[str, ...], str], list[str]]:
-    """Let ``fn(ops, dispatch_key)`` install the overrides of ``ops`` it holds back at that key."""
-    return _add(HELD_INSTALLERS, fn)
 
 
 def install_held(ops: tuple[str, ...], dispatch_key: str) -> list[str]:
     """Install every held override of ``ops`` at ``dispatch_key``; what was installed, each named.
     An installer that raises installed nothing; those before it keep what they installed."""
     done: list[str] = []
-    for fn in HELD_INSTALLERS:
+    for fn in POINTS.install_held:
         done += fn(tuple(ops), dispatch_key)
     return done
 
 
 def masks_of(cond: Any) -> tuple[int, Callable[[str], dict[str, tuple[int, int]] | None]] | None:
     """``(wide_row, masks for a dispatch key)`` where ``cond`` (a routed cond) is a declared gate, else None."""
-    for gates in CALL_GATES:
+    for gates in POINTS.call_gates:
         found = gates.masks(cond)
         if found is not None:
             return gates.wide_row, found
     return None
 
 
-def remove(points: list, fn: Callable[..., Any]) -> None:
-    """Unplug ``fn`` from ``points`` (a feature switched off); absent is fine."""
-    if fn in points:
-        points.remove(fn)
+def wide_row() -> int:
+    """The width class of the first feature's call gates (0: no feature declares any)."""
+    gates = POINTS.call_gates
+    return gates[0].wide_row if gates else 0
+
+
+def own_registrations() -> tuple[str, ...]:
+    """The texts naming what features registered above routers (see ``Hooks.own_registration``)."""
+    return tuple(text for fn in POINTS.own_registration if (text := fn()))
 
 
 def routed_pieces(handle: OverrideHandle) -> tuple[Any, Any]:
     """``(cond, impl)`` as the router will call them: the handle's own (its chosen variant's impl),
     through every wrapper."""
-    cond, impl = handle.cond, handle.chosen_impl
+    cond = handle.cond
     if cond is not None:
-        for wrap in COND_WRAPPERS:
+        for wrap in POINTS.wrap_cond:
             cond = wrap(handle, cond)
-    for wrap in IMPL_WRAPPERS:
+    return cond, routed_impl(handle)
+
+
+def routed_impl(handle: OverrideHandle) -> Any:
+    """The chosen variant's impl as the router calls it (through every impl wrapper)."""
+    impl = handle.chosen_impl
+    for wrap in POINTS.wrap_impl:
         impl = wrap(handle, impl)
-    return cond, impl
+    return impl
 
 
-def notify(listeners: list[Callable[..., None]], *args: Any) -> None:
+def layers(routed: Any) -> list[tuple[str, Any]]:
+    """``[(feature, layer), ...]``: a routed cond or impl peeled by each feature's ``unwrap``, the
+    outermost first, ending with ``("", what was registered)``."""
+    found: list[tuple[str, Any]] = []
+    for _ in range(64):  # more layers than that is a cycle of unwraps
+        for h in registered():
+            inner = h.unwrap(routed) if h.unwrap is not None else None
+            if inner is not None and inner is not routed:
+                found.append((h.name, routed))
+                routed = inner
+                break
+        else:
+            break
+    found.append(("", routed))
+    return found
+
+
+def status_sections() -> list[tuple[str, list[str]]]:
+    """``(feature, lines)`` for each feature with a status section; one that raises says so."""
+    sections: list[tuple[str, list[str]]] = []
+    for h in registered():
+        if h.status is None:
+            continue
+        try:
+            lines = list(h.status())
+        except Exception as e:  # a status report never fails on one feature
+            lines = [f"its status raised {type(e).__name__}: {e}"]
+        sections.append((h.name, lines))
+    return sections
+
+
+def notify(listeners: tuple[Callable[..., None], ...], *args: Any) -> None:
     """Tell each listener; one that raises is logged, the others still hear."""
     for fn in listeners:
         try:

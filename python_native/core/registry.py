@@ -30,7 +30,7 @@ from python_native.foundations.switches import Switches
 from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceHub
 
 log = logging.getLogger("python_native")
-_REFRESHED = extensions.SLOT_REFRESHED  # the listeners' list itself (changed in place, never rebound)
+_POINTS = extensions.POINTS  # the features' hooks (its tuples retaken at each registration, the object never)
 _OUTER_NAMES = below.OUTER_NAMES  # likewise
 
 
@@ -116,7 +116,7 @@ class Registry:
             handle_slots = [self._slot_for(h) for h in handles]
             for handle, slot, order in zip(handles, handle_slots, orders, strict=True):
                 self._commit(handle, slot, order)
-            extensions.notify(extensions.OVERRIDES_CHANGED)
+            extensions.notify(_POINTS.overrides_changed)
         return primary
 
     def _existing(self, handle: OverrideHandle) -> list[OverrideHandle]:
@@ -153,8 +153,8 @@ class Registry:
                         e, ", ".join(o.name for o in moving))
             for o in moving:
                 o._removed = True
-                extensions.notify(extensions.OVERRIDE_REMOVED, o)
-            extensions.notify(extensions.OVERRIDES_CHANGED)
+                extensions.notify(_POINTS.override_removed, o)
+            extensions.notify(_POINTS.overrides_changed)
             return
         for i, o in enumerate(moving):  # one at a time: the router names only overrides already bound
             self._commit(o, new, moving[: i + 1])
@@ -234,9 +234,9 @@ class Registry:
                     self._uninstall_slot(slot)
                 removed.append(o)
             for o in removed:
-                extensions.notify(extensions.OVERRIDE_REMOVED, o)
+                extensions.notify(_POINTS.override_removed, o)
             if removed:
-                extensions.notify(extensions.OVERRIDES_CHANGED)
+                extensions.notify(_POINTS.overrides_changed)
 
     @staticmethod
     def settle(timeout: float = 10.0) -> bool:
@@ -278,8 +278,9 @@ class Registry:
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
         slot.active, slot.traced, slot.below = tuple(active), traced, guard
-        if _REFRESHED:  # extensions.notify, written out: a toggle refreshes twice
-            for fn in _REFRESHED:
+        refreshed = _POINTS.slot_refreshed
+        if refreshed:  # extensions.notify, written out: a toggle refreshes twice
+            for fn in refreshed:
                 try:
                     fn(slot)
                 except Exception:

@@ -161,7 +161,7 @@ def register_entry(slot: Slot) -> None:
         raise
     slot.library, slot.holder = library, holder
     slot.shadowed = shadowed_kernel(slot)
-    extensions.notify(extensions.SLOT_REGISTERED, slot)
+    extensions.notify(extensions.POINTS.slot_registered, slot)
 
 
 def unregister_entry(slot: Slot) -> None:
@@ -174,7 +174,7 @@ def unregister_entry(slot: Slot) -> None:
     """
     if slot.library is None:
         return
-    extensions.notify(extensions.SLOT_UNREGISTERING, slot)
+    extensions.notify(extensions.POINTS.slot_unregistering, slot)
     library, holder = slot.library, slot.holder
     slot.library = slot.holder = None
     library._destroy()
@@ -210,14 +210,14 @@ def recapture(slot: Slot, error: RuntimeError) -> bool:
 
 
 # How the dispatcher names our own registrations ("registered at <where>"): the routers' (this
-# file), and whatever a listener registers above them (``extensions.OWN_REGISTRATIONS``).
+# file), and whatever a feature registers above them (``extensions.own_registrations``).
 _OWN_REGISTRATION = f"registered at {__file__}:"
 
 
 def shadowed_kernel(slot: Slot) -> str:
     """How the dispatcher describes the kernel right under ours at the slot's key."""
     prefixes = (f"{slot.dispatch_key}:", f"{slot.dispatch_key} (inactive):")
-    own = (_OWN_REGISTRATION, *extensions.OWN_REGISTRATIONS)
+    own = (_OWN_REGISTRATION, *extensions.own_registrations())
     for line in torch._C._dispatch_dump(slot.op_name).splitlines():
         if line.startswith(prefixes) and not any(marker in line for marker in own):
             return line

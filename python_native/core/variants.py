@@ -55,10 +55,7 @@ def names(handle: OverrideHandle) -> tuple[str, ...]:
 
 def routed_impl(handle: OverrideHandle) -> Impl:
     """The chosen variant's impl as the router calls it (through every impl wrapper)."""
-    impl = handle.chosen_impl
-    for wrap in extensions.IMPL_WRAPPERS:
-        impl = wrap(handle, impl)
-    return impl
+    return extensions.routed_impl(handle)
 
 
 def choose(registry: Any, handle: OverrideHandle, name: str) -> None:

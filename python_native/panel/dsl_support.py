@@ -153,7 +153,7 @@ def install_held(ops: tuple[str, ...], dispatch_key: str) -> list[str]:
     return [f"{dsl} {spec.op}" for dsl, spec in picked]
 
 
-extensions.on_install_held(install_held)
+extensions.register(extensions.Hooks("held overrides", install_held=install_held))
 
 
 def runtime_failed(dsl: str, error: BaseException) -> errors.OverrideUnavailable:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration, compiled, front
 from python_native.foundations import declared, dsl_registry, env, faults
@@ -200,6 +201,7 @@ def collect() -> dict:
         "calibration": sections.run("calibration", calibration.describe, None),
         "compile": sections.run("torch.compile", compiled.describe, None),
         "front": sections.run("dispatch front", front.describe, None),
+        "features": sections.run("features", lambda: dict(extensions.status_sections()) or None, None),
         "environment": sections.run("environment switches", env.current, []),
         "legend": dict(LEGEND),
     }

@@ -60,7 +60,7 @@ def _refreshed(slot: Any) -> None:
 
 
 with REGISTRY.lock:
-    extensions.on_slot_refreshed(_refreshed)
+    extensions.register(extensions.Hooks("model patching", slot_refreshed=_refreshed))
     for _slot in list(REGISTRY.slots.values()):
         _refreshed(_slot)
 

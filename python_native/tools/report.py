@@ -45,6 +45,8 @@ def render(data: dict) -> str:
         lines += _compile_lines(data["compile"])
     if "front" in data:
         lines += _front_lines(data["front"])
+    for name, section in data.get("features", {}).items():  # each feature's own status section
+        lines += ["", name[:1].upper() + name[1:]] + [f"  {line}" for line in section]
     if "calibration" in data:
         lines += ["", "Calibration (where each override beats aten, per device)"]
         lines += calibration_lines(data["calibration"])

@@ -214,6 +214,12 @@ def _masks_of(cond: Any) -> Callable[[str], dict[str, tuple[int, int]] | None] |
     return at
 
 
-extensions.wrap_conds(gate_override)
-extensions.on_override_removed(gates.forget_removed)
-extensions.declare_call_gates(extensions.CallGates(WIDE_ROW, _masks_of))
+def _unwrap(cond: Any) -> Any:
+    """The cond a calibration gate wraps (None: ``cond`` is no gate)."""
+    found = gate_of(cond)
+    return found.__wrapped__ if found is not None else None
+
+
+extensions.register(extensions.Hooks(
+    "calibration gate", wrap_cond=gate_override, unwrap=_unwrap, override_removed=gates.forget_removed,
+    call_gates=extensions.CallGates(WIDE_ROW, _masks_of)))

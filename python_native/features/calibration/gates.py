@@ -1,6 +1,6 @@
 """The gate around an override's cond: it declines where the device's verdict says aten is faster.
 
-The dispatch core applies ``gate_override`` to every override it commits (``extensions.wrap_conds``),
+The dispatch core applies ``gate_override`` to every override it commits (its ``wrap_cond`` hook),
 which wraps a cond in a ``Gate`` only where a table or the portable policy can speak for that
 override at its key, or ``pn.benchmark`` will measure it there; elsewhere the cond is bound as it
 is and costs nothing extra. Ops that lose everywhere on this machine are not installed at all

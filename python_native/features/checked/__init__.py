@@ -9,7 +9,7 @@ and values within a per-dtype tolerance (``compare.py``). Where aten fixes no bi
 a tie, a random draw) the op is judged by the contract aten keeps instead (``contracts.py``). A
 disagreement raises ``OverrideMismatch`` naming the override and the difference. When the switch
 is off the router binds the plain impl: nothing here runs and nothing is paid. The wrapper plugs
-into the dispatch core as an impl wrapper.
+into the dispatch core as an impl wrapper (``extensions.Hooks``).
 """
 
 from __future__ import annotations
@@ -59,9 +59,6 @@ def impl_for(handle: OverrideHandle, impl: Callable[..., Any]) -> Callable[..., 
     return _load().checking(handle, impl)
 
 
-extensions.wrap_impls(impl_for)
-
-
 def _is_checking(impl: Any) -> bool:
     """Whether ``impl`` is a checking wrapper (which a compiled front must hand every call)."""
     if _wrapper is None or not _wrapper.CHECKING:  # checked mode off: asked on every refresh, answered at once
@@ -72,4 +69,11 @@ def _is_checking(impl: Any) -> bool:
         return False
 
 
-extensions.needs_every_call(_is_checking)
+def _unwrap(impl: Any) -> Any:
+    """The impl a checking wrapper compares (None: ``impl`` is no checking wrapper)."""
+    return impl.__wrapped__ if _is_checking(impl) else None
+
+
+# Order 0: the check sits innermost, so what it compares is the override's own result.
+extensions.register(extensions.Hooks("checked mode", order=0, wrap_impl=impl_for, unwrap=_unwrap,
+                                     every_call=_is_checking))

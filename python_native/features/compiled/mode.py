@@ -153,7 +153,7 @@ def _tag_caches(ops: list[str]) -> None:
     config.cache_key_tag = base + _tag_suffix
 
 
-extensions.on_overrides_changed(sync)  # "keep" follows the set of overridden ops
+extensions.register(extensions.Hooks("compile mode", overrides_changed=sync))  # "keep" follows the overridden ops
 
 
 def describe() -> dict[str, Any]:

@@ -120,7 +120,6 @@ def _attach(module: ModuleType, path: Path) -> None:
     _state.module, _state.path = module, path
     _PYTHON, _FALLBACK = (module.MODE_PYTHON, ()), (module.MODE_FALLBACK, ())
     _state.scalar_types = dict(module.scalar_types())
-    extensions.OWN_REGISTRATIONS.append(f"registered at {module.MARKER}:")
 
 
 def ensure_built() -> dict[str, Any]:
@@ -145,9 +144,6 @@ def enable() -> None:
         if _state.active:
             return
         _state.active = True
-        extensions.on_slot_registered(_registered)
-        extensions.on_slot_unregistering(_unregistering)
-        extensions.on_slot_refreshed(_refreshed)
         for slot in list(REGISTRY.slots.values()):
             if slot.library is not None:
                 _registered(slot)
@@ -160,9 +156,6 @@ def disable() -> None:
         if not _state.active:
             return
         _state.active = False
-        for points, fn in ((extensions.SLOT_REGISTERED, _registered), (extensions.SLOT_UNREGISTERING, _unregistering),
-                           (extensions.SLOT_REFRESHED, _refreshed)):
-            extensions.remove(points, fn)
         for slot in list(_state.fronts):
             _unregistering(slot)
 
@@ -189,8 +182,10 @@ def current() -> str:
 
 
 def _registered(slot: Any) -> None:
+    if not _state.active:  # the Python routers serve alone
+        return
     # The width class is the gates' own rule: their wide-row length goes into every front made.
-    _state.wide_row = extensions.CALL_GATES[0].wide_row if extensions.CALL_GATES else 0
+    _state.wide_row = extensions.wide_row()
     front = _state.module.Front(
         f"{slot.lib}::{slot.sig.packet}", "" if slot.sig.overload == "default" else slot.sig.overload,
         slot.dispatch_key, slot.namespace["_pn_fallback"], slot.holder, _state.wide_row or 1 << 62,
@@ -203,7 +198,7 @@ def _registered(slot: Any) -> None:
     _refreshed(slot)
 
 
-def _unregistering(slot: Any) -> None:
+def _unregistering(slot: Any) -> None:  # with no front in ``slot``, nothing to take out
     replay.untrack(slot)
     cell = _state.mode_cells.pop(slot, None)
     if cell is not None:
@@ -289,6 +284,15 @@ def describe() -> dict[str, Any]:
     }
 
 
+def _own_registration() -> str | None:
+    """How the dispatcher's dump names a front's registration (None: no front is built)."""
+    return f"registered at {_state.module.MARKER}:" if _state.module is not None else None
+
+
+# Order 10: replay's recorder sits outside every other impl wrapper (it records what they launch).
+extensions.register(extensions.Hooks(
+    "compiled front", order=10, wrap_impl=replay.recording, unwrap=replay.unwrap, slot_registered=_registered,
+    slot_unregistering=_unregistering, slot_refreshed=_refreshed, own_registration=_own_registration))
 start()
 
 __all__ = ["CHOICES", "ENV", "build", "current", "replay", "describe", "disable", "enable", "ensure_built", "requested", "serving",

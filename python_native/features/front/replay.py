@@ -161,7 +161,7 @@ def _rewrap() -> None:
         for o in slot.overrides:
             current = o.routed_impl
             if STATE.on:
-                fresh = _recording(o, current)
+                fresh = recording(o, current)
             else:
                 fresh = _wrapped.pop(id(current), current)
             if fresh is not current and not o._removed:
@@ -169,7 +169,7 @@ def _rewrap() -> None:
                 routers.bind(slot, o)
 
 
-def _recording(handle: Any, impl: Any) -> Any:
+def recording(handle: Any, impl: Any) -> Any:
     """Wrap a replayable impl: where its front waits for this call's launches, record and hand them over."""
     if (not STATE.on or id(impl) in _wrapped or handle.epilogue != "functional"
             or not _replayable_impl(impl)):
@@ -197,7 +197,9 @@ def _recording(handle: Any, impl: Any) -> Any:
     return launches.declare_replayable(recorded)
 
 
-extensions.wrap_impls(_recording)
+def unwrap(impl: Any) -> Any:
+    """The impl a recorder wraps (None: ``impl`` is no recorder)."""
+    return _wrapped.get(id(impl))
 
 
 # ----- status -----
