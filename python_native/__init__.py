@@ -61,6 +61,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
                     "unpatch")},
     "ReachReport": ("python_native.patching.reach", "ReachReport"),
     "reach": ("python_native.patching.reach", "reach"),
+    **{name: ("python_native.panel.explain", name) for name in ("Explanation", "explain")},
 }
 
 
@@ -115,6 +116,8 @@ __all__ = [
     "reorder_overrides",
     "overrides",
     "router_source",
+    "explain",
+    "Explanation",
     "trace",
     "status",
     "compile_mode_set",
