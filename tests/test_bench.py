@@ -240,7 +240,8 @@ def test_calibration_measures_the_model_ops(tmp_path):
     from python_native.tools.bench.calibrating import DECLARED, _calibration_args, aten_op
 
     x = torch.randn(4, 128, device=backend.device_type())
-    for symbol in sorted(DECLARED):
+    # The MoE ops' calls are checked the same way in tests/test_bench_moe.py, at their own shapes.
+    for symbol in sorted(s for s in DECLARED if not s.startswith("moe_")):
         with pn.trace() as t:
             aten_op(symbol)(*_calibration_args()[symbol](x, torch.randn_like(x)))
         assert ("triton", "override") in {(e.dsl, e.outcome) for e in t.events if e.op == symbol}, symbol
