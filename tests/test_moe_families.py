@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 # isort: split
 from patch_testing import aten_overrides_off, step
-from test_moe import MOE_RULES, assert_near, moe_serving
+from test_moe import MOE_RULES, assert_near, assert_unpatch_restores_exactly, moe_serving
 
 import python_native as pn
 from python_native.patching import moe
@@ -88,17 +88,7 @@ def test_every_router_and_experts_call_is_served_and_the_step_is_the_unpatched_o
 @pytest.mark.slow  # three training steps, the patched one's MoE kernels under the interpreter
 @pytest.mark.parametrize("family", ["granitemoeshared", "qwen2_moe", "jamba"])
 def test_unpatch_restores_the_family_exactly(family):
-    m = tiny(family)
-    batch = tiny_models.example_inputs(m, batch=2, seq=8)
-    with moe_serving(), aten_overrides_off():
-        loss, grads = step(m, batch)
-        pn.patch(m, MOE_RULES)
-        step(m, batch)
-        assert pn.unpatch(m)
-        again, again_grads = step(m, batch)
-    assert torch.equal(again, loss)
-    assert not [n for n, mod in m.named_modules() if "forward" in mod.__dict__]
-    assert again_grads.keys() == grads.keys() and all(torch.equal(again_grads[n], g) for n, g in grads.items())
+    assert_unpatch_restores_exactly(tiny(family))
 
 
 def _moe_fallbacks(row) -> list:
