@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
-from python_native.core import arguments, below, extensions, reasons, reclaim, routers, slots
+from python_native.core import arguments, extensions, nested_aten, reasons, reclaim, routers, slots
 from python_native.core import variants as variants_
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
@@ -31,7 +31,7 @@ from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceHub
 
 log = logging.getLogger("python_native")
 _POINTS = extensions.POINTS  # the features' hooks (its tuples retaken at each registration, the object never)
-_OUTER_NAMES = below.OUTER_NAMES  # likewise
+_OUTER_NAMES = nested_aten.OUTER_NAMES  # likewise
 
 
 class Registry:
@@ -266,8 +266,8 @@ class Registry:
         traced = self.traces.active and bool(slot.overrides)
         cache_key = (tuple(uids), traced)
         guard = False
-        if op_off:  # aten all the way down below a switched-off op (see ``below``)
-            guard, checked, callers = below.flags(self.slots, slot, active, op_off)
+        if op_off:  # aten all the way down below a switched-off op (see ``nested_aten``)
+            guard, checked, callers = nested_aten.flags(self.slots, slot, active, op_off)
             if guard or checked:
                 cache_key += (guard, checked, bool(callers))
                 slot.namespace["_pn_callers"] = callers
@@ -290,8 +290,8 @@ class Registry:
         touched = self.index.slots(kind, names)
         for slot in touched:
             self.refresh(slot)
-        if kind == "op" and not _OUTER_NAMES.isdisjoint(names):  # the ops called inside follow (``below``)
-            for slot in below.dependents(self.index, touched, names, self.slots):
+        if kind == "op" and not _OUTER_NAMES.isdisjoint(names):  # the ops called inside follow (``nested_aten``)
+            for slot in nested_aten.dependents(self.index, touched, names, self.slots):
                 self.refresh(slot)
 
     def refresh_all(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from python_native.core import below, reasons, reclaim
+from python_native.core import nested_aten, reasons, reclaim
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
 from python_native.foundations import codegen, schema
@@ -37,7 +37,7 @@ def bind(slot: Slot, handle: OverrideHandle) -> None:
 def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_key: tuple,
                  guard: tuple[bool, bool, bool] = (False, False, False)) -> tuple[str, Any]:
     """Generate and compile the router for ``active`` (cached per slot by ``cache_key``);
-    ``guard``: whether it sets, checks, and checks by caller the guard of ``core.below``."""
+    ``guard``: whether it sets, checks, and checks by caller the guard of ``core.nested_aten``."""
     steps = [
         codegen.RouteStep(
             cond=None if o.unconditional else f"_pn_cond_{o.uid}",
@@ -55,9 +55,9 @@ def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_k
     comment = f"router for {slot.label}; overrides in order: {names}{'; traced' if traced else ''}"
     guards, checked, callers = guard
     source = codegen.router_source(slot.sig, steps, traced=traced, fallback_event="_pn_fallback_event", comment=comment,
-                                   below=guards, checked=checked, callers=callers)
+                                   guarded=guards, checked=checked, callers=callers)
     suffix = "_".join(str(o.uid) for o in active) or "none"
-    marks = "".join(m for m, on in (("__traced", traced), ("__below", guards), ("__checked", checked)) if on)
+    marks = "".join(m for m, on in (("__traced", traced), ("__guarded", guards), ("__checked", checked)) if on)
     filename = f"{slot.file_stem}__{suffix}{marks}.py"
     # The code's file name is the slot's, not the active set's: a name per set would be a new
     # string kept by the interpreter for every registration; the source's first line names them.
@@ -73,7 +73,7 @@ def make_entry(slot: Slot) -> types.FunctionType:
     """The function the dispatcher will call for ``slot``, routing to no override yet."""
     slot.namespace[codegen.REASON_GLOBAL] = functools.partial(reasons.fallback_reason, slot)
     slot.namespace[codegen.UNAVAILABLE_REASON_GLOBAL] = reasons.unavailable
-    slot.namespace.update(below.GLOBALS)
+    slot.namespace.update(nested_aten.GLOBALS)
     source, code = variant_code(slot, [], False, ((), False))
     slot.current_source = source
     return codegen.make_function(code, slot.namespace, slot.sig, slot.file_stem)

@@ -135,12 +135,12 @@ def _epilogue(step: RouteStep, sig: OpSignature, indent: str) -> list[str]:
     return lines
 
 
-def _below_check(sig: OpSignature, callers: bool, traced: bool, fallback_event: str) -> list[str]:
+def _nested_aten_check(sig: OpSignature, callers: bool, traced: bool, fallback_event: str) -> list[str]:
     """Straight to the captured kernel, untraced, while a switched-off op that calls this one runs
-    aten's kernel in this thread (``_pn_below``, see ``core.below``); with ``callers``, also while the
+    aten's kernel in this thread (``_pn_nested_aten``, see ``core.nested_aten``); with ``callers``, also while the
     Python function calling it is a switched-off composite op (``_pn_callers``: its code -> its name),
     recorded as a fallback when traced (no other event shows that call)."""
-    lines = ["    if _pn_below.depth:", *_fallback(sig, "        ")]
+    lines = ["    if _pn_nested_aten.depth:", *_fallback(sig, "        ")]
     if callers:
         lines += ["    _pn_caller = _pn_getframe(0).f_back",
                   "    _pn_caller = _pn_callers.get(_pn_caller.f_code) if _pn_caller is not None else None",
@@ -152,9 +152,9 @@ def _below_check(sig: OpSignature, callers: bool, traced: bool, fallback_event: 
 
 
 def _guarded_fallback(sig: OpSignature) -> list[str]:
-    """The captured kernel, with the guard up in this thread while it runs (``core.below``)."""
-    return ["    _pn_below.depth += 1", "    try:", *_fallback(sig, "        "), "    finally:",
-            "        _pn_below.depth -= 1"]
+    """The captured kernel, with the guard up in this thread while it runs (``core.nested_aten``)."""
+    return ["    _pn_nested_aten.depth += 1", "    try:", *_fallback(sig, "        "), "    finally:",
+            "        _pn_nested_aten.depth -= 1"]
 
 
 def router_source(
@@ -164,7 +164,7 @@ def router_source(
     traced: bool,
     fallback_event: str,
     comment: str,
-    below: bool = False,
+    guarded: bool = False,
     checked: bool = False,
     callers: bool = False,
 ) -> str:
@@ -172,13 +172,13 @@ def router_source(
 
     A traced router also collects why each override was passed over (``_pn_why``): on a decline it
     asks the override's explainer (only there: untraced routers never call it), and it hands the
-    list to the fallback's trace event. ``below`` runs the fallback inside the guard of
-    ``core.below``; ``checked`` (and ``callers``) make the router go straight to the captured
+    list to the fallback's trace event. ``guarded`` runs the fallback inside the guard of
+    ``core.nested_aten``; ``checked`` (and ``callers``) make the router go straight to the captured
     kernel, untraced, while that guard is up.
     """
     lines = [f"# {comment}", _header(sig)]
     if checked and steps:
-        lines += _below_check(sig, callers, traced, fallback_event)
+        lines += _nested_aten_check(sig, callers, traced, fallback_event)
     if traced:
         lines.append("    _pn_why = []")
     for step in steps:
@@ -214,7 +214,7 @@ def router_source(
             lines += ["    else:", f"        _pn_why.append({step.explain}({explain_args}))"]
     if traced:
         lines.append(f"    _pn_trace({fallback_event}, {REASON_GLOBAL}(_pn_why))")
-    lines += _guarded_fallback(sig) if below else _fallback(sig, "    ")
+    lines += _guarded_fallback(sig) if guarded else _fallback(sig, "    ")
     return "\n".join(lines) + "\n"
 
 

@@ -29,18 +29,18 @@ if TYPE_CHECKING:
     from python_native.core.slots import Slot
 
 
-class _Below(threading.local):
+class _AtenDepth(threading.local):
     """Per thread: how many switched-off outer ops are running their aten kernel now."""
 
     depth = 0
 
 
-STATE = _Below()
+STATE = _AtenDepth()
 # What the routers that set or check the guard name.
-GLOBALS: dict[str, Any] = {"_pn_below": STATE, "_pn_getframe": sys._getframe, "_pn_callers": {}}
+GLOBALS: dict[str, Any] = {"_pn_nested_aten": STATE, "_pn_getframe": sys._getframe, "_pn_callers": {}}
 
 # aten kernels that call other overridable ops through the dispatcher: key -> {outer op: inner ops}.
-# (Checked on CPU by tests/test_below.py: disabling the outer op leaves no override running inside.)
+# (Checked on CPU by tests/test_nested_aten.py: disabling the outer op leaves no override running inside.)
 KERNEL_CALLS: dict[str, dict[str, tuple[str, ...]]] = {
     "CPU": {
         "mean.dim": ("sum.IntList_out",),

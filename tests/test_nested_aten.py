@@ -87,29 +87,29 @@ def test_a_disabled_out_variant_runs_its_generated_kernel_without_the_functional
 @needs("mean.dim", "sum.dim_IntList", "_softmax")
 def test_untouched_routers_neither_set_nor_check_the_guard():
     for op in ("sum.IntList_out", "mean.dim", "_softmax"):
-        assert "_pn_below" not in pn.router_source(op, "CPU")
+        assert "_pn_nested_aten" not in pn.router_source(op, "CPU")
     with pn.operations_disabled("softmax"):  # an op whose kernel calls none of ours
-        assert "_pn_below" not in pn.router_source("sum.IntList_out", "CPU")
-        assert "_pn_below" not in pn.router_source("_softmax", "CPU")
+        assert "_pn_nested_aten" not in pn.router_source("sum.IntList_out", "CPU")
+        assert "_pn_nested_aten" not in pn.router_source("_softmax", "CPU")
     with pn.operations_disabled("mean"):
-        assert "_pn_below.depth += 1" in pn.router_source("mean.dim", "CPU")
-        assert "if _pn_below.depth:" in pn.router_source("sum.IntList_out", "CPU")
-    assert "_pn_below" not in pn.router_source("sum.IntList_out", "CPU")
+        assert "_pn_nested_aten.depth += 1" in pn.router_source("mean.dim", "CPU")
+        assert "if _pn_nested_aten.depth:" in pn.router_source("sum.IntList_out", "CPU")
+    assert "_pn_nested_aten" not in pn.router_source("sum.IntList_out", "CPU")
 
 
 @needs("mean.dim")
 def test_a_slots_links_are_worked_out_once_per_list_of_overrides(monkeypatch):
     """Every toggle asks each touched slot for its links: a slot whose overrides did not change
     answers from what it kept, without reading the kernel-call table again."""
-    from python_native.core import below
+    from python_native.core import nested_aten
     from python_native.core.registry import REGISTRY
 
     slot = REGISTRY.slots[("aten", "mean.dim", "CPU")]
-    first = below.links(slot)
+    first = nested_aten.links(slot)
 
     class Unread(dict):
         def get(self, *args):
             raise AssertionError("the kernel-call table was read again for an unchanged slot")
 
-    monkeypatch.setattr(below, "KERNEL_CALLS", Unread())
-    assert below.links(slot) is first
+    monkeypatch.setattr(nested_aten, "KERNEL_CALLS", Unread())
+    assert nested_aten.links(slot) is first
