@@ -24,7 +24,7 @@ _python_native_autoload
 python_native
 python_native.core python_native.core.arguments python_native.core.errors python_native.core.extensions
 python_native.core.handles python_native.core.index python_native.core.nested_aten python_native.core.ordering
-python_native.core.reasons
+python_native.core.explainers
 python_native.core.reclaim python_native.core.registry python_native.core.routers python_native.core.slots
 python_native.core.variants
 python_native.features

@@ -7,7 +7,7 @@ up per call) and listeners told when the set of overrides changes. Import the ro
 ``core.extensions``, ``core.slots``, ``core.routers`` (each slot's generated routers, one per set of
 active overrides), ``core.reclaim`` (what removals take out of service, freed once no call can be
 inside it), ``core.ordering``, ``core.index``, ``core.arguments`` (a registration's checks),
-``core.variants`` (an override's alternative impls), ``core.reasons`` (why a traced call fell back),
+``core.variants`` (an override's alternative impls), ``core.explainers`` (why a traced call fell back),
 ``core.nested_aten`` (no override inside a switched-off op's aten kernel) and ``core.errors``
 (``OverrideUnavailable``).
 """

@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
-from python_native.core import arguments, extensions, nested_aten, reasons, reclaim, routers, slots
+from python_native.core import arguments, explainers, extensions, nested_aten, reclaim, routers, slots
 from python_native.core import variants as variants_
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.index import NameIndex
@@ -75,7 +75,7 @@ class Registry:
         priority: int = 0,
         derive_variants: bool | Iterable[str] = False,
         impl_takes_plan: bool = False,
-        explain: reasons.Explain | None = None,
+        explain: explainers.Explain | None = None,
         variants: Mapping[str, Impl] | None = None,
     ) -> OverrideHandle:
         dsl, lib_symbol, op_symbol, dispatch_key = arguments.check_pieces(
@@ -85,7 +85,7 @@ class Registry:
         declared = variants_.check(impl, variants)
         sig = arguments.signature(lib_symbol, op_symbol, impl_takes_plan)
         derived = arguments.derived_variants(lib_symbol, sig, derive_variants)
-        explain = reasons.check_explain(explain, cond)
+        explain = explainers.check_explain(explain, cond)
         pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in derived]
         for psig, _ in pieces:
             arguments.check_autograd_unchanged(lib_symbol, psig, dispatch_key)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from python_native.core import nested_aten, reasons, reclaim
+from python_native.core import explainers, nested_aten, reclaim
 from python_native.core.handles import OverrideHandle
 from python_native.core.slots import Slot
 from python_native.foundations import codegen, schema
@@ -31,7 +31,7 @@ def bind(slot: Slot, handle: OverrideHandle) -> None:
     ns[f"_pn_impl_{uid}"] = handle.routed_impl
     ns[f"_pn_label_{uid}"] = f"python_native::{handle.dsl}::{handle.op}"
     ns[f"_pn_event_{uid}"] = (handle.op, handle.dispatch_key, handle.dsl, "override", handle.name, handle.variant)
-    ns[f"_pn_explain_{uid}"] = reasons.explainer(handle)
+    ns[f"_pn_explain_{uid}"] = explainers.explainer(handle)
 
 
 def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_key: tuple,
@@ -71,8 +71,8 @@ def variant_code(slot: Slot, active: list[OverrideHandle], traced: bool, cache_k
 
 def make_entry(slot: Slot) -> types.FunctionType:
     """The function the dispatcher will call for ``slot``, routing to no override yet."""
-    slot.namespace[codegen.REASON_GLOBAL] = functools.partial(reasons.fallback_reason, slot)
-    slot.namespace[codegen.UNAVAILABLE_REASON_GLOBAL] = reasons.unavailable
+    slot.namespace[codegen.REASON_GLOBAL] = functools.partial(explainers.fallback_reason, slot)
+    slot.namespace[codegen.UNAVAILABLE_REASON_GLOBAL] = explainers.unavailable
     slot.namespace.update(nested_aten.GLOBALS)
     source, code = variant_code(slot, [], False, ((), False))
     slot.current_source = source

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from python_native.core import extensions, reasons
+from python_native.core import explainers, extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import front
 from python_native.foundations import schema
@@ -213,10 +213,10 @@ def _steps(slot: Any, given: tuple[tuple, dict, dict | None]) -> tuple[list[Step
                 runs = f"{o.name}, ending in {_named(kernel)}"
             else:
                 declines.append(reason)
-        steps.append(Step(o.name, active, None if active else reasons.why_off(o), cond_layers, accepts, reason,
+        steps.append(Step(o.name, active, None if active else explainers.why_off(o), cond_layers, accepts, reason,
                           impl_layers, _named(kernel)))
     if runs is None:
-        why = reasons.fallback_reason(slot, declines) or "no override is active"
+        why = explainers.fallback_reason(slot, declines) or "no override is active"
         runs = f"aten's kernel ({slot.shadowed or 'the kernel below'}): {why}"
     return steps, runs
 
@@ -230,22 +230,22 @@ def _judge(o: Any, args: tuple, kwargs: dict) -> tuple[bool, str | None]:
     except Exception as e:  # the router would raise it to the caller: say so
         return False, f"{o.dsl}: its cond raised {type(e).__name__}: {e}"
     if not own:
-        return False, reasons.explainer(o)(*args, **kwargs)
+        return False, explainers.explainer(o)(*args, **kwargs)
     wrapped = o.routed_cond is not o.cond and callable(getattr(o.routed_cond, "explain", None))
     if wrapped:  # a wrapper's explain covers its own declines and defers to the override's for the rest
-        theirs = reasons.explainer(o)(*args, **kwargs)
+        theirs = explainers.explainer(o)(*args, **kwargs)
         mine = _own_explain(o, args, kwargs)
-        if theirs != mine and theirs != f"{o.dsl}: {reasons.DECLINED}":
+        if theirs != mine and theirs != f"{o.dsl}: {explainers.DECLINED}":
             return False, theirs
     return True, None
 
 
 def _own_explain(o: Any, args: tuple, kwargs: dict) -> str | None:
-    """What the override's own explainer says of the call, as ``reasons.explainer`` words it."""
+    """What the override's own explainer says of the call, as ``explainers.explainer`` words it."""
     if o.explain is None:
         return None
     try:
         text = o.explain(*args, **kwargs)
     except Exception as e:
-        return f"{o.dsl}: {reasons.DECLINED} (its explanation raised {type(e).__name__}: {e})"
-    return f"{o.dsl}: {text or reasons.DECLINED}"
+        return f"{o.dsl}: {explainers.DECLINED} (its explanation raised {type(e).__name__}: {e})"
+    return f"{o.dsl}: {text or explainers.DECLINED}"

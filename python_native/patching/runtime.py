@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from python_native.core import extensions, reasons
+from python_native.core import explainers, extensions
 from python_native.core.registry import REGISTRY
 from python_native.foundations import declared, module_scope
 from python_native.patching.report import OWN_CODE
@@ -134,7 +134,7 @@ def first_tensor(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
 
 def why_not_served(ops: tuple[str, ...], key: str) -> str:
     """Why no override of ``ops`` serves at ``key``: none installed, or each one's switch named."""
-    off = [f"{o.dsl}: {reasons.why_off(o)}" for op in ops
+    off = [f"{o.dsl}: {explainers.why_off(o)}" for op in ops
            if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key))) is not None for o in slot.overrides]
     if not off:
         return f"no override of {declared.NAMESPACE}::{ops[0]} is installed at {key}"
