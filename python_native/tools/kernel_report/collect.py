@@ -18,7 +18,7 @@ from python_native.tools.bench import rows
 from python_native.tools.kernel_report import arch as arch_table
 from python_native.tools.kernel_report import calls as call_records
 from python_native.tools.kernel_report.compile import compile_all, request, specialization_key
-from python_native.tools.kernel_report.launches import Launch, PlannedCall, plan_call
+from python_native.tools.kernel_report.launches import Launch, RecordedCall, record_call
 from python_native.tools.kernel_report.model import COPY_EFFICIENCY, launch_time
 from python_native.tools.kernel_report.traffic import Traffic, count
 
@@ -56,16 +56,16 @@ def _traffic_key(launch: Launch) -> tuple:
 _traffic_cache: dict[tuple, tuple[Traffic, dict[int, str]]] = {}
 
 
-def _roles(planned: PlannedCall, traffic: Traffic) -> dict[int, str]:
+def _roles(recorded: RecordedCall, traffic: Traffic) -> dict[int, str]:
     """``input`` / ``output`` / ``scratch`` per region, by the call's inputs and the impl's outputs."""
     def within(start: int, tensors: list[torch.Tensor]) -> bool:
         return any(t.numel() and t.data_ptr() <= start < t.data_ptr() + t.untyped_storage().nbytes() for t in tensors)
 
-    return {start: "input" if within(start, planned.inputs()) else "output" if within(start, planned.outputs)
+    return {start: "input" if within(start, recorded.inputs()) else "output" if within(start, recorded.outputs)
             else "scratch" for start in traffic.regions}
 
 
-def _launch_figures(planned: PlannedCall, launch: Launch, with_traffic: bool, arch: str) -> dict:
+def _launch_figures(recorded: RecordedCall, launch: Launch, with_traffic: bool, arch: str) -> dict:
     figures: dict[str, Any] = {
         "kernel": launch.name, "grid": list(launch.grid), "programs": launch.programs, "num_warps": launch.num_warps,
         "constexprs": {k: v if isinstance(v, (int, float, bool, str, type(None))) else str(v)
@@ -80,7 +80,7 @@ def _launch_figures(planned: PlannedCall, launch: Launch, with_traffic: bool, ar
         except Exception as e:  # a data-dependent kernel may stray on uninitialized stand-ins: reported, not fatal
             _traffic_cache[key] = (None, f"{type(e).__name__}: {_last_line(e)}")
         else:
-            _traffic_cache[key] = (traffic, _roles(planned, traffic))
+            _traffic_cache[key] = (traffic, _roles(recorded, traffic))
     traffic, roles = _traffic_cache[key]
     if traffic is None:
         figures["bytes_error"] = roles
@@ -131,18 +131,18 @@ def collect(
         calls_out = []
         for call in call_records.calls_of(case, set(specs)):
             family, spec = specs[call.op]
-            planned = plan_call(call, family, spec, a.sm_count)
-            entry: dict[str, Any] = {"op": call.op, "family": family, "declined": planned.declined,
-                                     "output_bytes": sum(t.numel() * t.element_size() for t in planned.outputs)}
-            entry["launches"] = [_launch_figures(planned, launch, with_traffic, arch_name) for launch in planned.launches]
+            recorded = record_call(call, family, spec, a.sm_count)
+            entry: dict[str, Any] = {"op": call.op, "family": family, "declined": recorded.declined,
+                                     "output_bytes": sum(t.numel() * t.element_size() for t in recorded.outputs)}
+            entry["launches"] = [_launch_figures(recorded, launch, with_traffic, arch_name) for launch in recorded.launches]
             for launch in entry["launches"]:
                 requests.setdefault(launch["specialization"], launch["request"])
-            if with_traffic and planned.launches and all("bytes" in launch for launch in entry["launches"]):
+            if with_traffic and recorded.launches and all("bytes" in launch for launch in entry["launches"]):
                 entry["minimum"] = _minimum(entry)
                 entry["bytes"] = sum(launch["bytes"] for launch in entry["launches"])
                 entry["ratio"] = entry["bytes"] / entry["minimum"] if entry["minimum"] else None
             calls_out.append(entry)
-            del planned
+            del recorded
         cases_out.append({"op": case.op, "mode": case.mode, "shape": list(case.shape), "dtype": case.dtype_name,
                           "label": case.label, "bench_bytes": rows.bytes_moved(case), "calls": calls_out})
     traffic_s = time.perf_counter() - started

@@ -37,7 +37,7 @@ class Launch:
 
 
 @dataclass
-class PlannedCall:
+class RecordedCall:
     """A call with its stand-in arguments, the override's outputs and the launches it made."""
 
     family: str
@@ -60,16 +60,16 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def plan_call(call: Call, family: str, spec: Any, sm_count: int) -> PlannedCall:
+def record_call(call: Call, family: str, spec: Any, sm_count: int) -> RecordedCall:
     """Run ``spec``'s cond and impl on stand-ins of ``call``, recording the launches."""
     from python_native_dsls.triton import testing
     from python_native_dsls.triton.kernels import tuning
 
     args, kwargs = materialize(call.args), materialize(call.kwargs)
-    planned = PlannedCall(family, Call(call.op, args, kwargs))
+    recorded = RecordedCall(family, Call(call.op, args, kwargs))
 
     def record(launcher: Any, grid: tuple, largs: tuple, num_warps: int, constexprs: tuple) -> None:
-        planned.launches.append(Launch(
+        recorded.launches.append(Launch(
             launcher.kernel, launcher.name, tuple(int(g) for g in grid), tuple(largs), int(num_warps),
             dict(zip(launcher.constexprs, constexprs, strict=True)),
         ))
@@ -77,12 +77,12 @@ def plan_call(call: Call, family: str, spec: Any, sm_count: int) -> PlannedCall:
     with tuning.planning_for(sm_count):
         plan = spec.cond(*args, **kwargs)
         if plan is None or plan is False:
-            planned.declined = True
-            return planned
+            recorded.declined = True
+            return recorded
         with testing.stubbed_launches(record):
             if spec.options.get("impl_takes_plan"):
                 out = spec.impl(*args, **kwargs, plan=plan)
             else:
                 out = spec.impl(*args, **kwargs)
-    planned.outputs = _tensors(out)
-    return planned
+    recorded.outputs = _tensors(out)
+    return recorded
