@@ -37,45 +37,18 @@ from ..plans.tiles import cdiv, next_power_of_2
 from . import tuning
 from .alloc import new_contiguous
 from .launch import Launcher, cast_out
-
-
-@triton.jit
-def load_weight(W, cols, col_ok, w_offset, CAST_X: tl.constexpr):
-    """``offset + weight`` in fp32 (rounded to the weight's dtype under the Llama casting rule)."""
-    w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32) + w_offset
-    if CAST_X:
-        w = cast_out(w, W.dtype.element_ty).to(tl.float32)
-    return w
-
-
-@triton.jit
-def _weighted(xhat, X, CAST_X: tl.constexpr):
-    """What the weight multiplied in the forward: ``xhat``, or its value in x's dtype under ``CAST_X``."""
-    if CAST_X:
-        xhat = cast_out(xhat, X.dtype.element_ty).to(tl.float32)
-    return xhat
-
-
-@triton.jit
-def _row_rstd(x, n_cols, eps):
-    xf = x.to(tl.float32)
-    return tl.rsqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-
-
-@triton.jit
-def _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
-    """Normalized input and the gradient reaching it through the weight, in fp32."""
-    x = x.to(tl.float32)
-    dy = dy.to(tl.float32)
-    if IS_RMS:
-        xhat = x * rstd[:, None]
-    else:
-        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
-    if HAS_W:
-        g = dy * w[None, :]
-    else:
-        g = dy
-    return xhat, dy, g
+from .norm_backward_tiles import (
+    accumulate_dw_db,
+    load_tiles,
+    load_weight,
+    row_rstd,
+    row_stats,
+    row_tile,
+    store_dx,
+    store_partials,
+    xhat_and_grad,
+    zero_partials,
+)
 
 
 @triton.jit
@@ -92,40 +65,23 @@ def _norm_bwd_rows_kernel(
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     w = load_weight(W, cols, col_ok, w_offset, CAST_X) if HAS_W else None
-    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dw, db = zero_partials(BLOCK_N)
 
     for start in range(first, last, BLOCK_M):
-        rows = start + tl.arange(0, BLOCK_M)
-        row_ok = rows < last
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows = rows.to(tl.int64)
-        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
-        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+        rows, row_ok, mask = row_tile(start, last, col_ok, BLOCK_M)
+        x, dy = load_tiles(X, DY, rows, cols, mask, stride_xm, stride_xn, stride_dym, stride_dyn)
         if RSTD_FROM_X:
-            rstd = _row_rstd(x, n_cols, eps)
+            rstd = row_rstd(x, n_cols, eps)
+            mean = rstd
         else:
-            rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
-        mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
-        xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
+            mean, rstd = row_stats(MEAN, RSTD, rows, row_ok, IS_RMS)
+        xhat, dy, g = xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
         if NEED_DX:
             c1 = tl.sum(xhat * g, axis=1) / n_cols
-            if IS_RMS:
-                dx = (g - xhat * c1[:, None]) * rstd[:, None]
-            else:
-                c2 = tl.sum(g, axis=1) / n_cols
-                dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-            tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
-        if NEED_DW:
-            dw += tl.sum(dy * _weighted(xhat, X, CAST_X), axis=0)
-        if NEED_DB:
-            db += tl.sum(dy, axis=0)
-
-    part = PART + pid.to(tl.int64) * (2 * n_cols)
-    if NEED_DW:
-        tl.store(part + cols, cast_out(dw, PART.dtype.element_ty), mask=col_ok)
-    if NEED_DB:
-        tl.store(part + n_cols + cols, cast_out(db, PART.dtype.element_ty), mask=col_ok)
+            c2 = c1 if IS_RMS else tl.sum(g, axis=1) / n_cols
+            store_dx(DX, rows, cols, mask, n_cols, xhat, g, rstd, c1, c2, IS_RMS)
+        dw, db = accumulate_dw_db(dw, db, dy, xhat, X, CAST_X, NEED_DW, NEED_DB)
+    store_partials(PART, pid, n_cols, cols, col_ok, dw, db, NEED_DW, NEED_DB)
 
 
 @triton.jit
@@ -141,21 +97,20 @@ def _norm_bwd_row_sums_kernel(
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < n_rows
     rows = rows.to(tl.int64)
-    if RSTD_FROM_X:
+    if RSTD_FROM_X:  # RMS norm only: no mean
         rstd = tl.full([BLOCK_M], 1.0, tl.float32)
+        mean = rstd
     else:
-        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
-    mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
+        mean, rstd = row_stats(MEAN, RSTD, rows, row_ok, IS_RMS)
     acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_ok = cols < n_cols
         mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
-        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
+        x, dy = load_tiles(X, DY, rows, cols, mask, stride_xm, stride_xn, stride_dym, stride_dyn)
         w = load_weight(W, cols, col_ok, w_offset, CAST_X) if HAS_W else None
-        xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
+        xhat, dy, g = xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
         acc1 += xhat * g
         if RSTD_FROM_X:
             acc2 += xhat * xhat
@@ -186,35 +141,18 @@ def _norm_bwd_cols_kernel(
     first = group * rows_per_program
     last = tl.minimum(first + rows_per_program, n_rows)
     w = load_weight(W, cols, col_ok, w_offset, CAST_X) if HAS_W else None
-    dw = tl.zeros([BLOCK_N], dtype=tl.float32)
-    db = tl.zeros([BLOCK_N], dtype=tl.float32)
+    dw, db = zero_partials(BLOCK_N)
     for start in range(first, last, BLOCK_M):
-        rows = start + tl.arange(0, BLOCK_M)
-        row_ok = rows < last
-        mask = row_ok[:, None] & col_ok[None, :]
-        rows = rows.to(tl.int64)
-        x = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
-        dy = tl.load(DY + rows[:, None] * stride_dym + cols[None, :] * stride_dyn, mask=mask, other=0.0)
-        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0).to(tl.float32)
-        mean = rstd if IS_RMS else tl.load(MEAN + rows, mask=row_ok, other=0.0).to(tl.float32)
-        xhat, dy, g = _xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
+        rows, row_ok, mask = row_tile(start, last, col_ok, BLOCK_M)
+        x, dy = load_tiles(X, DY, rows, cols, mask, stride_xm, stride_xn, stride_dym, stride_dyn)
+        mean, rstd = row_stats(MEAN, RSTD, rows, row_ok, IS_RMS)
+        xhat, dy, g = xhat_and_grad(x, dy, w, mean, rstd, mask, IS_RMS, HAS_W)
         if NEED_DX:
             c1 = tl.load(C1 + rows, mask=row_ok, other=0.0)
-            if IS_RMS:
-                dx = (g - xhat * c1[:, None]) * rstd[:, None]
-            else:
-                c2 = tl.load(C2 + rows, mask=row_ok, other=0.0)
-                dx = (g - xhat * c1[:, None] - c2[:, None]) * rstd[:, None]
-            tl.store(DX + rows[:, None] * n_cols + cols[None, :], cast_out(dx, DX.dtype.element_ty), mask=mask)
-        if NEED_DW:
-            dw += tl.sum(dy * _weighted(xhat, X, CAST_X), axis=0)
-        if NEED_DB:
-            db += tl.sum(dy, axis=0)
-    part = PART + group.to(tl.int64) * (2 * n_cols)
-    if NEED_DW:
-        tl.store(part + cols, cast_out(dw, PART.dtype.element_ty), mask=col_ok)
-    if NEED_DB:
-        tl.store(part + n_cols + cols, cast_out(db, PART.dtype.element_ty), mask=col_ok)
+            c2 = c1 if IS_RMS else tl.load(C2 + rows, mask=row_ok, other=0.0)
+            store_dx(DX, rows, cols, mask, n_cols, xhat, g, rstd, c1, c2, IS_RMS)
+        dw, db = accumulate_dw_db(dw, db, dy, xhat, X, CAST_X, NEED_DW, NEED_DB)
+    store_partials(PART, group, n_cols, cols, col_ok, dw, db, NEED_DW, NEED_DB)
 
 
 @triton.jit
