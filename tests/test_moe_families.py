@@ -17,7 +17,7 @@ from patch_testing import aten_overrides_off, step
 from test_moe import MOE_RULES, assert_near, assert_unpatch_restores_exactly, moe_serving
 
 import python_native as pn
-from python_native.patching import moe
+from python_native.patching.op_rules import moe_experts as moe
 from python_native.tools import tiny_models
 
 # family -> tiny-config overrides (experts 32 wide: the interpreter runs their kernels' tiles one by one);

@@ -15,7 +15,7 @@ from patch_testing import aten_overrides_off, inputs, model, serving
 
 import python_native as pn
 from python_native.ops import rotary_op
-from python_native.patching import rotary
+from python_native.patching.op_rules import rotary
 
 LAYOUTS = {  # family -> (function, what the report says)
     "gpt_neox": ("apply_rotary_pos_emb", "half-split; tables over the full head dim or its first part"),

@@ -5,7 +5,7 @@ take (hand-written RMSNorms, gated MLPs, activations, the rotary application fun
 causal-LM loss, mixture-of-experts routers and experts) and installs replacements that call the
 custom ops of ``python_native.ops``, so the overrides of every DSL serve them; ``unpatch(model)``
 restores the original forwards and functions exactly. Rules are a registry (``register_patch_rule``) that DSL authors and users
-extend. A feature above the custom ops: it imports the ops and the dispatch core, nothing above.
+extend; the built-in ones sit in ``op_rules``, a module per custom op beside it. A feature above the custom ops: it imports the ops and the dispatch core, nothing above.
 The rules read transformers' modeling files from release 4.56.0 to the newest
 (tests/test_transformers_range.py runs both ends).
 """
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from torch import nn
 
-from python_native.patching import activations, loss, mlp, moe, norms, rotary
+from python_native.patching import op_rules
 from python_native.patching import rules as _rules
 from python_native.patching.installer import is_patched, patch, report_of, unpatch
 from python_native.patching.report import PatchEntry, PatchReport
@@ -26,10 +26,8 @@ from python_native.patching.rules import LeftAlone, PatchRule, RuleHandle
 __all__ = ["LeftAlone", "PatchEntry", "PatchReport", "PatchRule", "RuleHandle", "is_patched", "patch", "patched",
            "patch_rules", "register_patch_rule", "report_of", "unpatch"]
 
-# Later registrations are tried first: the built-in rules, most general first.
-for _module in (rotary, loss, activations, mlp, moe, norms):
-    for _rule in _module.RULES:
-        _rules.register(_rule)
+# The built-in rules, one module per custom op in ``op_rules``, found by being there.
+op_rules.register_all()
 
 
 def register_patch_rule(rule: PatchRule, *, replace: bool = False) -> RuleHandle:

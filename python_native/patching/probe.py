@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import logging
+import pkgutil
 import random
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 import torch
 from torch import nn
 
+from python_native import ops
 from python_native.core.registry import REGISTRY
 from python_native.foundations import dsl_registry
-from python_native.ops import gated_op, rms_norm_op, rotary_op
 
 SEED = 20240613
 log = logging.getLogger("python_native")
@@ -59,11 +63,18 @@ def refusing(reason: str | None) -> Iterator[None]:
         _refusal.reason = previous
 
 
+@functools.cache
+def _sharded_ops() -> list[ModuleType]:
+    """The custom op modules that declare DTensor sharding strategies, found by listing ``python_native.ops``."""
+    modules = [import_module(f"{ops.__name__}.{info.name}") for info in pkgutil.iter_modules(ops.__path__)]
+    return [m for m in modules if hasattr(m, "register_dtensor_sharding")]
+
+
 @contextlib.contextmanager
 def session(devices: list[int] | None = None) -> Iterator[None]:
     """Matchers run inside: every DSL off, no grad, forked RNG, warnings muted."""
     if "torch.distributed.tensor" in sys.modules:  # a model may hand the ops DTensors
-        for op in (gated_op, rms_norm_op, rotary_op):
+        for op in _sharded_ops():
             op.register_dtensor_sharding()
     names = list(dsl_registry.names())
     token = REGISTRY.hold("dsl", names)
@@ -247,6 +258,11 @@ def one_tensor_forward(module: nn.Module) -> bool:
         return False
     required = [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(required) == 1
+
+
+def torch_module(module: nn.Module) -> bool:
+    """Whether the class's forward is torch's own: it calls aten ops that the overrides serve as they stand."""
+    return type(module).forward.__module__.startswith("torch.")
 
 
 def is_meta(module: nn.Module) -> bool:

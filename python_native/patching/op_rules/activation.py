@@ -1,4 +1,5 @@
-"""The activation rule: hand-written activation modules to ``gelu_tanh`` or ``quick_gelu``.
+"""The activation rule: hand-written activation modules to ``gelu_tanh`` or ``quick_gelu``
+(``python_native/ops/activation_op.py``).
 
 A candidate is a module without parameters or children whose forward (of one tensor) is not
 torch's own. The probe runs it on values across the activation's curve; where its output equals
@@ -22,6 +23,7 @@ from python_native.patching.rules import LeftAlone, PatchRule
 
 OPS = {"gelu_tanh": activation_op.GELU_TANH, "quick_gelu": activation_op.QUICK_GELU}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+PRIORITY = 30  # after the rules of modules with parameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +37,7 @@ class ActivationPlan:
 
 def match_activation(module: nn.Module) -> ActivationPlan | LeftAlone | None:
     if (any(True for _ in module.parameters()) or any(True for _ in module.children())
-            or type(module).forward.__module__.startswith("torch.") or not probe.one_tensor_forward(module)):
+            or probe.torch_module(module) or not probe.one_tensor_forward(module)):
         return None
     forward = type(module).forward
     x = probe.randn(4, 64, scale=3.0)

@@ -1,4 +1,4 @@
-"""The norm rules: hand-written RMSNorm modules to ``rms_norm``; LayerNorms recognised and reported.
+"""The RMSNorm rule: hand-written RMSNorm modules to ``rms_norm`` (``python_native/ops/rms_norm_op.py``).
 
 ``rms_norm`` takes a module with one 1-D parameter (whatever its name: ``weight``, ``w``, ``scale``,
 ``gamma``) or none, no children and a forward of one tensor, whose forward equals
@@ -8,10 +8,6 @@ the probe finds among the module's float attributes). A weightless RMSNorm is ro
 of ones in the input's dtype, which multiplies the cast-back norm exactly. The same
 modules serve as q/k norms over the head dim of 4-D tensors and as post-norms; the op normalises
 the last dim of any rank. It probes each input dtype and routes only those it confirmed.
-
-``layer_norm`` takes nothing: it recognises ``nn.LayerNorm`` subclasses with a forward of their own
-and hand-written LayerNorms, and says in the report what serves them (aten's layer-norm overrides
-where the forward calls ``F.layer_norm``) or why none of the custom ops can.
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ from python_native.patching.rules import LeftAlone, PatchRule
 MODES = ((0.0, False), (1.0, True), (0.0, True), (1.0, False))  # (offset, weight_in_fp32)
 USUAL_EPS = (1e-6, 1e-5, 1e-8, 1e-12)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+PRIORITY = 80  # tried first: the most specific rule (one weight, a bit-for-bit probe)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +49,6 @@ def _only(dtypes: frozenset) -> str:
     """The input dtypes a plan routes, where its probe confirmed fewer than all (the rest run the module)."""
     names = [str(d).removeprefix("torch.") for d in DTYPES if d in dtypes]
     return f"{', '.join(names)} inputs only" if names else "no input dtype confirmed"
-
-
-def _is_torch_module(module: nn.Module) -> bool:
-    """torch's own modules call aten ops that the overrides serve as they stand."""
-    return type(module).forward.__module__.startswith("torch.")
 
 
 def _one_weight(module: nn.Module) -> tuple[str | None, torch.Tensor | None] | None:
@@ -104,7 +96,7 @@ def _confirmed(forward, twin: nn.Module, candidate, x: torch.Tensor) -> frozense
 
 def match_rms_norm(module: nn.Module) -> NormPlan | LeftAlone | None:
     found = _one_weight(module)
-    if found is None or _is_torch_module(module) or not probe.one_tensor_forward(module):
+    if found is None or probe.torch_module(module) or not probe.one_tensor_forward(module):
         return None
     name, weight = found
     if weight is None and not _own_eps(module):  # a weightless norm still keeps its eps
@@ -159,33 +151,6 @@ def replace_rms_norm(module: nn.Module, plan: NormPlan):
     return forward
 
 
-def match_layer_norm(module: nn.Module) -> LeftAlone | None:
-    params = dict(module.named_parameters(recurse=False))
-    subclass = isinstance(module, nn.LayerNorm) and type(module).forward is not nn.LayerNorm.forward
-    if not subclass:
-        weight = params.get("weight")
-        if (weight is None or weight.dim() != 1 or set(params) - {"weight", "bias"} or any(True for _ in module.children())
-                or _is_torch_module(module) or not probe.one_tensor_forward(module) or weight.is_meta):
-            return None
-        twin = probe.with_random_parameters(module)
-        x = probe.randn(2, 3, weight.shape[0], device=weight.device)
-        bias = twin._parameters.get("bias")
-        if not probe.close(probe.attempt(type(module).forward, twin, x),
-                           F.layer_norm(x, (weight.shape[0],), twin.weight.float(), None if bias is None else bias.float())):
-            return None
-    if "layer_norm" in type(module).forward.__code__.co_names:
-        return LeftAlone("calls F.layer_norm: aten's layer-norm overrides serve it as it stands")
-    return LeftAlone("a hand-written LayerNorm: no custom op computes it bit for bit (F.layer_norm rounds differently)")
-
-
-def _no_replacement(module: nn.Module, plan: object):
-    raise AssertionError("the layer_norm rule leaves every module alone")
-
-
-RULES = [
-    PatchRule("layer_norm", match_layer_norm, _no_replacement, ops=("layer_norm",),
-              description="LayerNorm subclasses and hand-written LayerNorms: recognised and reported"),
-    PatchRule("rms_norm", match_rms_norm, replace_rms_norm, ops=("rms_norm",),
-              description="hand-written RMSNorm modules (every casting mode, any weight name or none, q/k norms, "
-                          "post-norms)"),
-]
+RULES = [PatchRule("rms_norm", match_rms_norm, replace_rms_norm, ops=("rms_norm",),
+                   description="hand-written RMSNorm modules (every casting mode, any weight name or none, q/k norms, "
+                               "post-norms)")]

@@ -1,4 +1,5 @@
-"""The gated-MLP rule: ``down(act(gate(x)) * up(x))`` to ``swiglu`` or ``geglu``.
+"""The gated-MLP rule: ``down(act(gate(x)) * up(x))`` to ``swiglu`` or ``geglu``
+(``python_native/ops/gated_op.py``).
 
 A candidate has two or three projections and otherwise only children without parameters (its
 activation, a dropout), and a forward of one tensor. A projection is an ``nn.Linear`` or a wrapper
@@ -32,6 +33,7 @@ from python_native.patching import probe, runtime
 from python_native.patching.rules import LeftAlone, PatchRule
 
 ACTIVATIONS = (("swiglu", ()), ("geglu", ("none",)), ("geglu", ("tanh",)))
+PRIORITY = 40  # after the norm and MoE rules, which take the more specific modules
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The rotary rule: a modeling module's ``apply_rotary_pos_emb`` to ``rotary``.
+"""The rotary rule: a modeling module's ``apply_rotary_pos_emb`` to ``rotary``
+(``python_native/ops/rotary_op.py``).
 
 A function rule: it sees each module-level Python function an attention forward calls by a global
 name. A candidate takes ``(q, k, cos, sin)`` first, its further parameters having defaults. The
@@ -23,6 +24,7 @@ from python_native.patching import probe, runtime
 from python_native.patching.rules import LeftAlone, PatchRule
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+PRIORITY = 10  # a function rule: tried last, no module rule competes with it
 
 
 # How a modeling module lays out the pairs it rotates, and the tables it is given.

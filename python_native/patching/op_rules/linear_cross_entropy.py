@@ -1,4 +1,5 @@
-"""The causal-LM loss rule: the loss from the hidden states through ``linear_cross_entropy``.
+"""The causal-LM loss rule: the loss from the hidden states through ``linear_cross_entropy``
+(``python_native/ops/linear_cross_entropy_op.py``).
 
 A causal LM computes ``logits = lm_head(hidden)`` over the whole vocabulary, upcasts them to fp32
 and takes the cross-entropy of the logits shifted by one token: the largest tensors of a training
@@ -47,6 +48,7 @@ from python_native.patching.rules import LeftAlone, PatchRule
 
 OP = "linear_cross_entropy.forward"
 _CONFIG_HINTS = ("softcap", "logit_scale", "logits_scaling", "logit_multiplier")
+PRIORITY = 20  # a whole causal LM: after the rules of the modules it holds
 
 
 @dataclasses.dataclass(frozen=True)
