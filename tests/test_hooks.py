@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import python_native as pn
@@ -26,6 +28,7 @@ def test_a_second_registration_under_a_taken_name_is_refused():
     ({"wrap_cond": 3}, TypeError, "wrap_cond must be callable or None, got int: 3"),
     ({"call_gates": "x"}, TypeError, "call_gates must be a CallGates or None"),
     ({"order": "first"}, TypeError, "order must be an int"),
+    ({"status_key": ""}, TypeError, "status_key must be a non-empty str or None, got str: ''"),
 ])
 def test_a_field_of_the_wrong_kind_is_refused_by_name(fields, error, words):
     with pytest.raises(error, match=words):
@@ -41,18 +44,86 @@ def test_bad_names_and_unknown_unregistrations_are_refused():
         extensions.unregister("nobody")
 
 
-def test_a_features_status_section_is_in_the_status_report():
-    def lines():
-        return ["all quiet", "nothing queued"]
+@pytest.fixture
+def plugged():
+    """Register hooks for one test; every one registered is unregistered after it."""
+    names = []
 
-    extensions.register(extensions.Hooks("test feature", status=lines))
+    def plug(hooks):
+        names.append(extensions.register(hooks).name)
+        return hooks
+
+    yield plug
+    for name in names:
+        if name in {h.name for h in extensions.registered()}:  # a test may unregister one itself
+            extensions.unregister(name)
+
+
+def _cli(capsys, *args: str) -> str:
+    """What ``python -m python_native status ...`` prints, in this process (so it sees its hooks)."""
+    from python_native.__main__ import main
+
+    assert main(["status", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_features_status_section_is_in_the_status_report(plugged, capsys):
+    section = {"queued": 3, "state": "draining", "sizes": [1, 2]}
+    plugged(extensions.Hooks("toy feature", status=lambda: dict(section), status_key="toy"))
+    data = pn.status()
+    assert data["toy"] == section
+    keys = list(data)  # between the report's own data and the environment switches
+    assert keys.index("declared_ops") < keys.index("toy") < keys.index("environment")
+    assert "Toy\n  queued: 3\n  state: draining\n  sizes: [1, 2]" in _cli(capsys)
+    assert json.loads(_cli(capsys, "--json"))["toy"] == section
+    extensions.unregister("toy feature")
+    assert "toy" not in pn.status() and "Toy\n" not in _cli(capsys)
+    plugged(extensions.Hooks("lines feature", status=lambda: ["all quiet", "nothing queued"]))
+    assert pn.status()["lines feature"] == ["all quiet", "nothing queued"]  # keyed by its name by default
+    assert "Lines feature\n  all quiet\n  nothing queued" in report.render(pn.status())
+
+
+def test_the_built_in_sections_come_from_the_features_hooks():
+    hooks = {h.status_key: h for h in extensions.registered() if h.status is not None}
+    assert {"calibration": "calibration gate", "compile": "compile mode", "front": "compiled front"}.items() \
+        <= {key: h.name for key, h in hooks.items()}.items()
+    compile_mode = hooks["compile"]
+    extensions.unregister(compile_mode.name)
     try:
-        data = pn.status()
-        assert data["features"]["test feature"] == ["all quiet", "nothing queued"]
-        assert "Test feature\n  all quiet\n  nothing queued" in report.render(data)
+        assert "compile" not in pn.status() and "calibration" in pn.status()
     finally:
-        extensions.unregister("test feature")
-    assert "test feature" not in pn.status().get("features", {})
+        extensions.register(compile_mode)
+    assert pn.status()["compile"]["mode"] == pn.compile_mode
+
+
+@pytest.mark.parametrize("section,words", [
+    (RuntimeError("queue lost"), "gathering it raised RuntimeError: queue lost"),
+    ({"handle": object()}, "gathering it raised TypeError: Object of type object is not JSON serializable"),
+])
+def test_a_status_that_raises_or_is_not_plain_data_is_a_problem_naming_the_feature(plugged, capsys, section, words):
+    def status():
+        if isinstance(section, Exception):
+            raise section
+        return section
+
+    plugged(extensions.Hooks("toy feature", status=status, status_key="toy"))
+    data = pn.status()
+    assert "toy" not in data
+    [problem] = [p for p in data["problems"] if "toy feature" in p["source"]]
+    assert problem["source"] == "status report: the 'toy feature' feature's status" and problem["problem"] == words
+    assert {"dsls", "overrides", "calibration", "compile", "front", "environment", "legend"} <= set(data)
+    text = _cli(capsys)
+    assert "the 'toy feature' feature's status" in text and "Dispatch front" in text and "Environment switches" in text
+
+
+def test_a_status_key_is_one_features_and_never_the_reports_own(plugged):
+    with pytest.raises(ValueError, match="status key 'front' is taken by the hooks 'compiled front'"):
+        extensions.register(extensions.Hooks("toy feature", status=dict, status_key="front"))
+    plugged(extensions.Hooks("toy feature", status=lambda: {"x": 1}, status_key="dsls"))
+    data = pn.status()
+    assert isinstance(data["dsls"], list)  # the report's own DSL list stands
+    assert any("'toy feature'" in p["source"] and "status key 'dsls' is one of the report's own keys" in p["problem"]
+               for p in data["problems"])
 
 
 def test_a_listener_that_raises_is_logged_and_the_others_still_hear(caplog):

@@ -28,7 +28,12 @@ everything the feature adds (every field optional):
   holds of them or, raising, none.
 - ``own_registration`` ``() -> str | None``: the text by which the dispatcher's dump names what the
   feature registers above a router, so the core can tell the kernel it shadows from its own layers.
-- ``status`` ``() -> [line]``: the feature's lines for ``python -m python_native status``.
+- ``status`` ``() -> section``: the feature's section of ``pn.status()``, under the key
+  ``status_key`` (default: the feature's name): plain, JSON-able data (a dict of str, numbers,
+  bools, None, lists and dicts as a rule; a list of str is shown line by line), gathered on every
+  ``pn.status()`` and ``python -m python_native status``, so the panel shows each feature's status
+  without naming it. It should import nothing heavy before it is called; one that raises becomes
+  a problem of the report naming the feature, and the rest of the report stands.
 
 Hooks run in ``(order, name)`` order, whatever order the features were imported in: an impl
 wrapper of a lower ``order`` sits inside one of a higher. Each point is a tuple, taken again at
@@ -91,7 +96,8 @@ class Hooks:
     every_call: Callable[[Any], bool] | None = None
     install_held: Callable[[tuple[str, ...], str], list[str]] | None = None
     own_registration: Callable[[], str | None] | None = None
-    status: Callable[[], list[str]] | None = None
+    status: Callable[[], Any] | None = None
+    status_key: str | None = None
     call_gates: CallGates | None = None
 
     def __post_init__(self) -> None:
@@ -104,6 +110,9 @@ class Hooks:
             if value is not None and not callable(value):
                 raise TypeError(f"hooks {self.name!r}: {field} must be callable or None, "
                                 f"got {type(value).__name__}: {value!r}")
+        if self.status_key is not None and (not isinstance(self.status_key, str) or not self.status_key.strip()):
+            raise TypeError(f"hooks {self.name!r}: status_key must be a non-empty str or None, "
+                            f"got {type(self.status_key).__name__}: {self.status_key!r}")
         if self.call_gates is not None and not isinstance(self.call_gates, CallGates):
             raise TypeError(f"hooks {self.name!r}: call_gates must be a CallGates or None, "
                             f"got {type(self.call_gates).__name__}: {self.call_gates!r}")
@@ -130,6 +139,10 @@ def register(hooks: Hooks) -> Hooks:
     if hooks.name in _HOOKS:
         raise ValueError(f"hooks named {hooks.name!r} are already registered (registered: {sorted(_HOOKS)}); "
                          "a feature registers once, under a name of its own")
+    taken = {_key(h): h.name for h in _HOOKS.values() if h.status is not None}
+    if hooks.status is not None and _key(hooks) in taken:
+        raise ValueError(f"hooks {hooks.name!r}: status key {_key(hooks)!r} is taken by the hooks "
+                         f"{taken[_key(hooks)]!r}; status keys taken: {sorted(taken)}")
     _HOOKS[hooks.name] = hooks
     _snapshot()
     return hooks
@@ -226,18 +239,14 @@ def layers(routed: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def status_sections() -> list[tuple[str, list[str]]]:
-    """``(feature, lines)`` for each feature with a status section; one that raises says so."""
-    sections: list[tuple[str, list[str]]] = []
-    for h in registered():
-        if h.status is None:
-            continue
-        try:
-            lines = list(h.status())
-        except Exception as e:  # a status report never fails on one feature
-            lines = [f"its status raised {type(e).__name__}: {e}"]
-        sections.append((h.name, lines))
-    return sections
+def _key(hooks: Hooks) -> str:
+    return hooks.status_key or hooks.name
+
+
+def status_sections() -> list[tuple[str, str, Callable[[], Any]]]:
+    """``(feature, key, status)`` for each feature with a status section, in hook order: the
+    snapshot calls each and files its result under ``key``."""
+    return [(h.name, _key(h), h.status) for h in registered() if h.status is not None]
 
 
 def notify(listeners: tuple[Callable[..., None], ...], *args: Any) -> None:

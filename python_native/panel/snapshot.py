@@ -1,11 +1,14 @@
 """Everything the status report shows, as plain data: what ``pn.status()`` returns.
 
-Gathered from the registry, the DSLs and the features; the ``report`` tool lays it out for a
-terminal (``python -m python_native``) or prints it as JSON.
+Gathered from the registry and the DSLs, and from each feature through its ``Hooks.status``
+(under the hook's ``status_key``: ``calibration``, ``compile``, ``front``...), so a feature reports
+without this module naming it; the ``report`` tool lays it out for a terminal
+(``python -m python_native``) or prints it as JSON.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +17,7 @@ import torch
 
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
-from python_native.features import calibration, compiled, front
+from python_native.features import calibration
 from python_native.foundations import declared, dsl_registry, env, faults
 from python_native.foundations.dispatch_keys import unreachable_reason
 from python_native.foundations.switches import ALL
@@ -188,9 +191,39 @@ class _Sections:
         return entries
 
 
+# The keys of the snapshot's own data (``no_override_runs``: added by the status command); every
+# other key is a feature's section.
+OWN_KEYS = ("torch", "enabled", "dsls", "overrides", "declared_ops", "environment", "legend", "problems",
+            "no_override_runs")
+
+
+def _plain(section: Any) -> Any:
+    """``section`` itself, once it is known to print as JSON (``--json`` prints what is here)."""
+    json.dumps(section)  # TypeError naming the type that is not
+    return section
+
+
+def _feature_sections(sections: _Sections) -> dict[str, Any]:
+    """Each feature's status section by its key, in hook order (a section that raised is left out)."""
+    found: dict[str, Any] = {}
+    for feature, key, status in sections.run("features", extensions.status_sections, []):
+        if key in OWN_KEYS:
+            sections.problems.append({
+                "source": f"status report: the {feature!r} feature",
+                "problem": f"its status key {key!r} is one of the report's own keys {list(OWN_KEYS)}; its section is left out",
+                "fix": "give its Hooks a status_key of its own",
+            })
+            continue
+        value = sections.run(f"the {feature!r} feature's status", lambda status=status: _plain(status()), None)
+        if value is not None:
+            found[key] = value
+    return found
+
+
 def collect() -> dict:
-    """Torch version, every DSL, every override, the ops declared outside aten, the environment
-    switches, the problems found with any of them (see ``faults``) and a legend. Never raises."""
+    """Torch version, every DSL, every override, the ops declared outside aten, each feature's
+    section, the environment switches, the problems found with any of them (see ``faults``) and a
+    legend. Never raises."""
     sections = _Sections()
     data = {
         "torch": torch.__version__,
@@ -198,10 +231,7 @@ def collect() -> dict:
         "dsls": sections.each("DSL", dsl_registry.names, _dsl_entry),
         "overrides": sections.each("override", REGISTRY.overrides, _override_entry),
         "declared_ops": sections.each("declared op", declared.declared, _declared_entry),
-        "calibration": sections.run("calibration", calibration.describe, None),
-        "compile": sections.run("torch.compile", compiled.describe, None),
-        "front": sections.run("dispatch front", front.describe, None),
-        "features": sections.run("features", lambda: dict(extensions.status_sections()) or None, None),
+        **_feature_sections(sections),
         "environment": sections.run("environment switches", env.current, []),
         "legend": dict(LEGEND),
     }

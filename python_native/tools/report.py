@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from python_native.panel.snapshot import LEGEND, collect
+from python_native.panel.snapshot import LEGEND, OWN_KEYS, collect
 
 __all__ = ["LEGEND", "calibration_lines", "collect", "render", "to_json"]
 
@@ -41,15 +41,9 @@ def render(data: dict) -> str:
             lines.append(f"  {d['op']:<{op_width}}  {d['kind']}{', autograd' if d['autograd'] else ''}")
             if d["doc"]:
                 lines += _wrapped(d["doc"])
-    if "compile" in data:
-        lines += _compile_lines(data["compile"])
-    if "front" in data:
-        lines += _front_lines(data["front"])
-    for name, section in data.get("features", {}).items():  # each feature's own status section
-        lines += ["", name[:1].upper() + name[1:]] + [f"  {line}" for line in section]
-    if "calibration" in data:
-        lines += ["", "Calibration (where each override beats aten, per device)"]
-        lines += calibration_lines(data["calibration"])
+    for key, section in data.items():  # each feature's section (Hooks.status), in hook order
+        if key not in OWN_KEYS:
+            lines += _LAYOUTS.get(key, _section_lines)(key, section)
     lines += ["", "Environment switches"]
     for e in data["environment"]:
         value = "unset" if e["value"] is None else repr(e["value"])
@@ -102,7 +96,25 @@ def _override_lines(overrides: list[dict]) -> list[str]:
     return lines
 
 
-def _compile_lines(c: dict) -> list[str]:
+def _section_lines(key: str, section: object) -> list[str]:
+    """A feature's section laid out plainly: a list line by line, a dict one ``field: value`` per line."""
+    lines = ["", key[:1].upper() + key[1:]]
+    if isinstance(section, dict):
+        for field, value in section.items():
+            shown = value if isinstance(value, str) else json.dumps(value, default=str)
+            lines += _wrapped(f"{field}: {shown}", "  ")
+    elif isinstance(section, list | tuple):
+        lines += [line for item in section for line in _wrapped(str(item), "  ")]
+    else:
+        lines += _wrapped(str(section), "  ")
+    return lines
+
+
+def _calibration_section(key: str, info: dict) -> list[str]:
+    return ["", "Calibration (where each override beats aten, per device)", *calibration_lines(info)]
+
+
+def _compile_lines(key: str, c: dict) -> list[str]:
     lines = ["", f"torch.compile: compile_mode = {c['mode']!r} (one of {c['modes']})"]
     return lines + _wrapped(
         "overrides run inside compiled graphs as opaque python_native ops: "
@@ -113,7 +125,7 @@ def _compile_lines(c: dict) -> list[str]:
     )
 
 
-def _front_lines(f: dict) -> list[str]:
+def _front_lines(key: str, f: dict) -> list[str]:
     lines = ["", f"Dispatch front: {f['front']}"]
     lines += _wrapped(f"why: {f['why']}")
     if f.get("error"):
@@ -250,3 +262,7 @@ def calibration_lines(info: dict, detail: bool = False) -> list[str]:
 
 def to_json(data: dict) -> str:
     return json.dumps(data, indent=2)
+
+
+# How the built-in features' sections are laid out, by status key; any other section plainly.
+_LAYOUTS = {"calibration": _calibration_section, "compile": _compile_lines, "front": _front_lines}

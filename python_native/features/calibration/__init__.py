@@ -27,6 +27,7 @@ GPU models the CUDA key serves.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -220,6 +221,12 @@ def _unwrap(cond: Any) -> Any:
     return found.__wrapped__ if found is not None else None
 
 
+def _status() -> dict[str, Any]:
+    """``pn.status()["calibration"]``: this package's ``describe``, whose module (``summary``) is
+    loaded only when a report asks."""
+    return sys.modules[__name__].describe()
+
+
 extensions.register(extensions.Hooks(
     "calibration gate", wrap_cond=gate_override, unwrap=_unwrap, override_removed=gates.forget_removed,
-    call_gates=extensions.CallGates(WIDE_ROW, _masks_of)))
+    call_gates=extensions.CallGates(WIDE_ROW, _masks_of), status=_status, status_key="calibration"))

@@ -153,9 +153,6 @@ def _tag_caches(ops: list[str]) -> None:
     config.cache_key_tag = base + _tag_suffix
 
 
-extensions.register(extensions.Hooks("compile mode", overrides_changed=sync))  # "keep" follows the overridden ops
-
-
 def describe() -> dict[str, Any]:
     """The compile mode and what it currently turns into opaque ops, as plain data."""
     from python_native.features.compiled import opaque
@@ -167,3 +164,7 @@ def describe() -> dict[str, Any]:
             "in_compiled_graphs": sorted(op.name() for op in _installed),
             **opaque.describe(),
         }
+
+
+# "keep" follows the overridden ops; the status section is ``pn.status()["compile"]``.
+extensions.register(extensions.Hooks("compile mode", overrides_changed=sync, status=describe, status_key="compile"))

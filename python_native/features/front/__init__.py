@@ -292,7 +292,8 @@ def _own_registration() -> str | None:
 # Order 10: replay's recorder sits outside every other impl wrapper (it records what they launch).
 extensions.register(extensions.Hooks(
     "compiled front", order=10, wrap_impl=replay.recording, unwrap=replay.unwrap, slot_registered=_registered,
-    slot_unregistering=_unregistering, slot_refreshed=_refreshed, own_registration=_own_registration))
+    slot_unregistering=_unregistering, slot_refreshed=_refreshed, own_registration=_own_registration,
+    status=describe, status_key="front"))
 start()
 
 __all__ = ["CHOICES", "ENV", "build", "current", "replay", "describe", "disable", "enable", "ensure_built", "requested", "serving",
