@@ -20,10 +20,11 @@ Importing never imports a DSL runtime: kernels load on the first call that needs
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # ``logs`` first: it joins torch's TORCH_LOGS names before anything here logs. Features plug into the
 # dispatch core when imported: all of them, before any override registers. The operators the package
@@ -160,22 +161,18 @@ def register_op_override(
     cond: Cond | None,
     impl: Impl,
     *,
-    unconditional_override: bool = False,
-    priority: int = 0,
-    derive_variants: bool | Iterable[str] = False,
-    impl_takes_plan: bool = False,
     public_name: str | None = None,
     backward: bool = False,
-    explain: Callable[..., str | None] | None = None,
-    variants: dict[str, Impl] | None = None,
+    **options: Any,
 ) -> OverrideHandle:
     """Route ``lib_symbol::op_symbol`` at ``dispatch_key`` to ``impl`` whenever ``cond`` accepts.
 
     ``cond`` and ``impl`` receive the op's arguments as its schema declares them (keyword-only
     ones as keywords, defaults filled in). Calls no cond accepts run the kernel the dispatcher
     had before. Higher ``priority`` runs first; ties run in registration order.
-    ``derive_variants=True`` (or ``("inplace", "out")``) also routes the op's in-place and
-    ``out=`` variants to the same cond and impl, finished by a generated epilogue.
+    ``derive_forms=True`` (or ``("inplace", "out")``) also routes the op's in-place and ``out=``
+    forms (``relu_``, ``relu.out``) to the same cond and impl, finished by a generated epilogue
+    (``derive_variants``, its old name, still works and warns).
     ``impl_takes_plan=True`` hands the cond's result to the impl as the keyword argument ``plan``:
     a cond that works something out about the call (the rows of a tensor, a tile, a grid) returns
     it, truthy, or a falsy value to decline, and the impl uses it instead of working it out again.
@@ -192,17 +189,26 @@ def register_op_override(
     per op with ``set_override_variant``, ``override_variant`` or ``PYTHON_NATIVE_VARIANTS``.
     """
     _panel().require_overload(lib_symbol, op_symbol)
-    handle = REGISTRY.register(
-        dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
-        unconditional_override=unconditional_override, priority=priority, derive_variants=derive_variants,
-        impl_takes_plan=impl_takes_plan, explain=explain, variants=variants,
-    )
+    handle = REGISTRY.register(dsl, lib_symbol, op_symbol, dispatch_key, cond, impl, **options)
     if public_name is not None:
         public_names.declare(public_name, handle.op, backward=backward)
         from python_native.core import variants
 
         variants.seed(REGISTRY, handle)  # PYTHON_NATIVE_VARIANTS may name the op by its public name
     return handle
+
+
+def _with_registry_options(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature with its ``**options`` spelled out as the registry's keyword arguments,
+    which are defined once, on the registry's ``register``: ``help()`` shows them all."""
+    own = inspect.signature(fn)
+    options = [p for p in inspect.signature(type(REGISTRY).register).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    positional = [p for p in own.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keywords = [p for p in own.parameters.values() if p.kind is p.KEYWORD_ONLY]
+    return own.replace(parameters=positional + options + keywords)
+
+
+register_op_override.__signature__ = _with_registry_options(register_op_override)  # type: ignore[attr-defined]
 
 
 def get_dsl_operations(dsl_name_: str) -> list[str]:
@@ -234,7 +240,7 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
     each with the aten ops it covers: ``{"softmax": ["_softmax", "_softmax_backward_data"], ...}``.
 
     A public name covers the forward and the backward declared under it (and the in-place and
-    ``out=`` variants derived from them); so does the aten forward's own name (``"_softmax"``),
+    ``out=`` forms derived from them); so does the aten forward's own name (``"_softmax"``),
     while a backward's aten name (``"_softmax_backward_data"``) covers just that op. Ops installed
     without a public name are listed under their aten name.
     """
@@ -245,7 +251,7 @@ def operation_names(dsl: str | None = None) -> dict[str, list[str]]:
 @uncompiled.opaque
 def disable_operations(*op_symbols: str) -> None:
     """Stop routing these ops: a public name (``"softmax"``) or an aten forward's name (``"_softmax"``)
-    covers the forward, its backward and their derived variants; ``"add"`` every overload of add,
+    covers the forward, its backward and their derived forms; ``"add"`` every overload of add,
     ``"add.Tensor"`` that one. See ``operation_names()``."""
     _bootstrap.apply_env_changes()
     REGISTRY.disable("op", _panel().op_names(op_symbols, "disable_operations"))
@@ -311,7 +317,7 @@ def flags(enabled: bool | None = None, **dsls: bool) -> Scope:
 @uncompiled.opaque
 def is_operation_disabled(op_symbol: str) -> bool:
     """Whether every op ``op_symbol`` covers is off (by the rule of ``disable_operations``): each by its
-    own name, its bare name, or (an in-place or ``out=`` variant) the name of the op it derives from."""
+    own name, its bare name, or (an in-place or ``out=`` form) the name of the op it derives from."""
     return all(_panel().op_is_off(name) for name in _panel().op_targets(op_symbol))
 
 

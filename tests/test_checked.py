@@ -95,8 +95,8 @@ def exact_mul(self, other):
         return torch.mul(self, other)
 
 
-def test_derived_variants_compare_the_functional_result_and_keep_inputs(overrides, check_on):
-    overrides("mul.Tensor", always, exact_mul, derive_variants=True)
+def test_derived_forms_compare_the_functional_result_and_keep_inputs(overrides, check_on):
+    overrides("mul.Tensor", always, exact_mul, derive_forms=True)
     x, y = torch.randn(5), torch.randn(5)
     expected = exact_mul(x, y)
     xs = x.clone()
@@ -110,8 +110,8 @@ def test_derived_variants_compare_the_functional_result_and_keep_inputs(override
     assert torch.equal(x, x0)
 
 
-def test_derived_variant_mismatch_raises(overrides, check_on):
-    overrides("mul.Tensor", floats, lambda self, other: exact_mul(self, other) + 1, derive_variants=["inplace"])
+def test_derived_form_mismatch_raises(overrides, check_on):
+    overrides("mul.Tensor", floats, lambda self, other: exact_mul(self, other) + 1, derive_forms=["inplace"])
     x = torch.ones(3)
     with pytest.raises(OverrideMismatch, match=r"mul_\.Tensor"):
         x.mul_(x)

@@ -34,13 +34,13 @@ def last_first_topk(self, k, dim=-1, largest=True, sorted=True):
 
 
 def test_topk_ties_in_another_order_pass(checked):
-    checked("topk", last_first_topk, derive_variants=("out",))
+    checked("topk", last_first_topk, derive_forms=("out",))
     values, index = torch.topk(TIES, 3)
     assert index[0].tolist() == [4, 2, 1] and torch.equal(values, TIES.gather(1, index))
     values, index = torch.topk(TIES, 2, largest=False, sorted=False)
     assert torch.equal(values, TIES.gather(1, index))
     out = (torch.empty(0), torch.empty(0, dtype=torch.int64))
-    torch.topk(TIES, 2, out=out)  # the derived out= variant is judged by the same contract
+    torch.topk(TIES, 2, out=out)  # the derived out= form is judged by the same contract
     assert out[1][1].tolist() == [3, 2]
 
 
@@ -58,7 +58,7 @@ def test_topk_bad_indices_raise(checked, bad_index, message):
         values, index = last_first_topk(self, k, dim, largest, sorted)
         return values, bad_index(index)
 
-    checked("topk", bad_topk, derive_variants=("out",))
+    checked("topk", bad_topk, derive_forms=("out",))
     with pytest.raises(OverrideMismatch, match=rf"aten::topk @ CPU.*breaks the ties contract: .*{message}"):
         torch.topk(TIES, 3)
     out = (torch.empty(0), torch.empty(0, dtype=torch.int64))

@@ -42,7 +42,7 @@ def half_dropout(input, p, train):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("p", [0.0, 0.3, 1.0])
 def test_dropout_with_another_draw_passes(checked, dtype, p):
-    checked("native_dropout", good_dropout, derive_variants=("out",))
+    checked("native_dropout", good_dropout, derive_forms=("out",))
     x = torch.randn(64, 96).to(dtype)
     x[0, :2] = float("nan")
     out, mask = torch.native_dropout(x, p, True)

@@ -1,6 +1,8 @@
-"""In-place and out= variants derived from one functional kernel."""
+"""In-place and out= forms derived from one functional kernel."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ pytestmark = pytest.mark.both_fronts  # dispatcher-level: each test under both f
 
 
 def plus_one_mul(self, other):
-    """A mul that is visibly ours (adds 1) and never calls aten::mul in any variant."""
+    """A mul that is visibly ours (adds 1) and never calls aten::mul in any form."""
     shape = torch.broadcast_shapes(self.shape, other.shape)
     return torch.addcmul(torch.ones(shape, dtype=torch.result_type(self, other)), self, other)
 
@@ -25,8 +27,8 @@ def float_tensors(self, other) -> bool:
     )
 
 
-def test_derive_all_variants(overrides):
-    handle = overrides("mul.Tensor", float_tensors, plus_one_mul, derive_variants=True)
+def test_derive_all_forms(overrides):
+    handle = overrides("mul.Tensor", float_tensors, plus_one_mul, derive_forms=True)
     assert sorted(o.op for o in handle.derived) == ["mul.out", "mul_.Tensor"]
     a, b = torch.full((3,), 2.0), torch.full((3,), 3.0)
     assert torch.equal(a * b, torch.full((3,), 7.0))
@@ -38,7 +40,7 @@ def test_derive_all_variants(overrides):
         a.clone().mul_(b)
     assert ("mul_.Tensor", "override") in [(e.op, e.outcome) for e in t.events]
     assert "_pn_fits(" in pn.router_source("mul_.Tensor", "CPU")
-    pn.disable_operations("mul")  # the source op's name covers its derived variants
+    pn.disable_operations("mul")  # the source op's name covers its derived forms
     assert torch.equal(a.clone().mul_(b), torch.full((3,), 6.0))
     pn.enable_operations("mul")
     handle.remove()
@@ -47,7 +49,7 @@ def test_derive_all_variants(overrides):
 
 
 def test_inplace_that_cannot_hold_result_goes_to_aten(overrides):
-    overrides("mul.Tensor", lambda s, o: isinstance(o, torch.Tensor), plus_one_mul, derive_variants=["inplace"])
+    overrides("mul.Tensor", lambda s, o: isinstance(o, torch.Tensor), plus_one_mul, derive_forms=["inplace"])
     small, big = torch.ones(1), torch.ones(3)
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         small.mul_(big)  # aten's own error
@@ -57,7 +59,7 @@ def test_inplace_that_cannot_hold_result_goes_to_aten(overrides):
 
 
 def test_out_is_resized_and_multi_output(overrides):
-    overrides("mul.Tensor", float_tensors, plus_one_mul, derive_variants=["out"])
+    overrides("mul.Tensor", float_tensors, plus_one_mul, derive_forms=["out"])
     out = torch.empty(5)
     with pytest.warns(UserWarning, match="resized"):
         torch.mul(torch.ones(2), torch.ones(2), out=out)
@@ -68,7 +70,7 @@ def test_out_is_resized_and_multi_output(overrides):
             out, mean, rstd = torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
         return out + 1, mean, rstd
 
-    overrides("native_layer_norm", always, ln, derive_variants=["out"])
+    overrides("native_layer_norm", always, ln, derive_forms=["out"])
     x = torch.randn(2, 4)
     outs = (torch.empty(0), torch.empty(0), torch.empty(0))
     got = torch.ops.aten.native_layer_norm.out(x, [4], None, None, 1e-5, out0=outs[0], out1=outs[1], out2=outs[2])
@@ -79,11 +81,50 @@ def test_out_is_resized_and_multi_output(overrides):
     torch.testing.assert_close(outs[2], ref[2])
 
 
-def test_missing_variant_is_an_error(overrides):
-    with pytest.raises(ValueError, match="no inplace variant"):
-        overrides("bmm", always, lambda s, m: s, derive_variants=["inplace"])
-    with pytest.raises(ValueError, match="unknown variant"):
-        overrides("mul.Tensor", always, plus_one_mul, derive_variants=["sideways"])
+def test_missing_form_is_an_error(overrides):
+    with pytest.raises(ValueError, match="no inplace form"):
+        overrides("bmm", always, lambda s, m: s, derive_forms=["inplace"])
+    with pytest.raises(ValueError, match="unknown form"):
+        overrides("mul.Tensor", always, plus_one_mul, derive_forms=["sideways"])
+
+
+def test_the_old_name_derive_variants_still_derives_and_warns_once(overrides, monkeypatch):
+    from python_native.core import arguments
+
+    monkeypatch.setattr(arguments, "_renamed_warned", False)
+    with pytest.warns(DeprecationWarning, match="derive_variants is deprecated: pass derive_forms") as caught:
+        handle = overrides("mul.Tensor", float_tensors, plus_one_mul, derive_variants=["inplace"])
+    assert [w.filename for w in caught] == [__file__.replace("test_epilogues", "conftest")]  # the caller's line
+    assert [o.op for o in handle.derived] == ["mul_.Tensor"]
+    a, b = torch.full((3,), 2.0), torch.full((3,), 3.0)
+    with pn.trace() as t:
+        c = a.clone()
+        c.mul_(b)
+    assert ("mul_.Tensor", "override") in [(e.op, e.outcome) for e in t.events]
+    assert torch.equal(c, torch.full((3,), 7.0))
+    handle.remove()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second use stays quiet: once per process
+        overrides("mul.Tensor", float_tensors, plus_one_mul, derive_variants=True).remove()
+
+
+def test_both_names_or_an_unknown_keyword_is_a_type_error(overrides):
+    with pytest.raises(TypeError, match="derive_variants is the old name of derive_forms: pass derive_forms alone"):
+        overrides("mul.Tensor", float_tensors, plus_one_mul, derive_forms=True, derive_variants=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'derive_form'"):
+        overrides("mul.Tensor", float_tensors, plus_one_mul, derive_form=True)
+    with pytest.raises(TypeError, match="derive_forms must be a bool or an iterable"):
+        overrides("mul.Tensor", float_tensors, plus_one_mul, derive_forms="out")
+
+
+def test_help_shows_every_registration_option():
+    import inspect
+
+    params = inspect.signature(pn.register_op_override).parameters
+    assert list(params)[:6] == ["dsl", "lib_symbol", "op_symbol", "dispatch_key", "cond", "impl"]
+    assert {"unconditional_override", "priority", "derive_forms", "impl_takes_plan", "explain", "variants",
+            "public_name", "backward"} == set(list(params)[6:])
+    assert "derive_variants" not in params
 
 
 def _aten_error(call):
@@ -98,9 +139,9 @@ def _aten_error(call):
 @pytest.mark.parametrize("out_dtype", [torch.float64, torch.float16, torch.int64])
 def test_out_of_another_dtype_does_what_aten_does(overrides, out_dtype):
     """aten's relu.out refuses an out= of another dtype, mul.out computes and casts: the derived
-    variant hands any out= of another dtype to aten's kernel, whichever it does."""
-    overrides("relu", always, lambda x: x.clamp(min=0) + 1000, derive_variants=True)
-    overrides("mul.Tensor", float_tensors, plus_one_mul, derive_variants=True)
+    form hands any out= of another dtype to aten's kernel, whichever it does."""
+    overrides("relu", always, lambda x: x.clamp(min=0) + 1000, derive_forms=True)
+    overrides("mul.Tensor", float_tensors, plus_one_mul, derive_forms=True)
     x = torch.tensor([-1.0, 2.0])
     call = lambda: torch.ops.aten.relu.out(x, out=torch.empty(2, dtype=out_dtype))  # noqa: E731
     expected = _aten_error(call)

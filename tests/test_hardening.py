@@ -122,10 +122,10 @@ def test_register_remove_cycles_do_not_grow_the_router_namespace(inside):
         keeper.remove()
 
 
-def test_removing_a_derived_variant_slot_restores_the_dispatcher():
+def test_removing_a_derived_form_slot_restores_the_dispatcher():
     names = ("aten::add.Tensor", "aten::add_.Tensor", "aten::add.out")
     before = [torch._C._dispatch_dump(n) for n in names]
-    handle = _register("add.Tensor", always, lambda a, b, alpha=1: torch.sub(a, -b), derive_variants=True)
+    handle = _register("add.Tensor", always, lambda a, b, alpha=1: torch.sub(a, -b), derive_forms=True)
     handle.remove()
     assert REGISTRY.settle()
     assert [torch._C._dispatch_dump(n) for n in names] == before

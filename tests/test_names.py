@@ -94,8 +94,8 @@ def plus_one_mul(self, other):
     return torch.ops.aten.mul.Tensor(self, other) + 1
 
 
-def test_derived_variants_report_disabled_with_their_op(overrides):
-    overrides("mul.Tensor", always, plus_one_mul, derive_variants=True)
+def test_derived_forms_report_disabled_with_their_op(overrides):
+    overrides("mul.Tensor", always, plus_one_mul, derive_forms=True)
     x = torch.ones(3)
     pn.disable_operations("mul")
     try:
@@ -103,7 +103,7 @@ def test_derived_variants_report_disabled_with_their_op(overrides):
             assert pn.is_operation_disabled(name), name
         y = x.clone()
         y.mul_(x)
-        assert torch.equal(y, x)  # the in-place variant is really off too
+        assert torch.equal(y, x)  # the in-place form is really off too
     finally:
         pn.enable_operations("mul")
     assert not pn.is_operation_disabled("mul_.Tensor")

@@ -52,14 +52,14 @@ def test_any_falsy_result_declines(overrides, x, declined):
     assert torch.equal(torch.sub(x, x), torch.zeros_like(x))
 
 
-def test_plans_reach_derived_variants(overrides, x):
+def test_plans_reach_derived_forms(overrides, x):
     received = []
 
     def impl(self, other, alpha, plan=None):
         received.append(plan.rows)
         return marked_sub(self, other, alpha)
 
-    overrides("sub.Tensor", planning_cond, impl, impl_takes_plan=True, derive_variants=True)
+    overrides("sub.Tensor", planning_cond, impl, impl_takes_plan=True, derive_forms=True)
     y = x.clone()
     y.sub_(x)
     out = torch.empty_like(x)

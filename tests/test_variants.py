@@ -117,7 +117,7 @@ def test_registration_checks_variants(overrides):
 
 
 def test_derived_overrides_follow_the_functional_choice(overrides, x):
-    handle = sub_with_variants(overrides, derive_variants=True)
+    handle = sub_with_variants(overrides, derive_forms=True)
     assert {d.op for d in handle.derived} == {"sub_.Tensor", "sub.out"}
     pn.set_override_variant("sub.Tensor", "fast")
     assert all(d.variant == "fast" for d in handle.derived)

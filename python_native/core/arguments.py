@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from python_native.foundations import codegen, dsl_registry, epilogues, schema
 from python_native.foundations.dispatch_keys import check_dispatch_key, check_str
+
+_renamed_warned = False  # the deprecated ``derive_variants`` warns once per process
 
 
 def check_pieces(dsl: Any, lib_symbol: Any, op_symbol: Any, dispatch_key: Any, cond: Any, impl: Any, *,
@@ -68,25 +71,46 @@ def check_autograd_unchanged(lib_symbol: str, sig: schema.OpSignature, dispatch_
     )
 
 
-def derived_variants(lib_symbol: str, sig: schema.OpSignature, derive: bool | Iterable[str]) -> list[tuple[str, str]]:
-    """``[(kind, op symbol)]`` of the in-place / ``out=`` variants ``derive_variants`` asks for."""
+def derive_forms_option(derive_forms: Any, renamed: Mapping[str, Any]) -> Any:
+    """What ``derive_forms`` asks for, taking the old name ``derive_variants`` (in ``renamed``) too.
+
+    ``derive_variants`` named the same thing before *variant* came to mean an override's
+    alternative impls only; it still works, with one ``DeprecationWarning`` per process.
+    """
+    global _renamed_warned
+    unknown = [name for name in renamed if name != "derive_variants"]
+    if unknown:
+        raise TypeError(f"register_op_override() got an unexpected keyword argument {unknown[0]!r}")
+    if not renamed:
+        return False if derive_forms is None else derive_forms
+    if derive_forms is not None:
+        raise TypeError("derive_variants is the old name of derive_forms: pass derive_forms alone, not both")
+    if not _renamed_warned:
+        _renamed_warned = True
+        warnings.warn("derive_variants is deprecated: pass derive_forms (same values)", DeprecationWarning,
+                      stacklevel=4)
+    return renamed["derive_variants"]
+
+
+def derived_forms(lib_symbol: str, sig: schema.OpSignature, derive: bool | Iterable[str]) -> list[tuple[str, str]]:
+    """``[(kind, op symbol)]`` of the in-place / ``out=`` forms ``derive_forms`` asks for."""
     if derive is False:
         return []
     if derive is True:
-        kinds, required = epilogues.VARIANTS, False
+        kinds, required = epilogues.FORMS, False
     else:
-        if isinstance(derive, str):
-            raise TypeError(f"derive_variants must be a bool or an iterable of {epilogues.VARIANTS}, got {derive!r}")
+        if isinstance(derive, str) or not isinstance(derive, Iterable):
+            raise TypeError(f"derive_forms must be a bool or an iterable of {epilogues.FORMS}, got {derive!r}")
         kinds, required = tuple(derive), True
-        bad = [k for k in kinds if k not in epilogues.VARIANTS]
+        bad = [k for k in kinds if k not in epilogues.FORMS]
         if bad:
-            raise ValueError(f"derive_variants: unknown variant(s) {bad}; allowed: {list(epilogues.VARIANTS)}")
+            raise ValueError(f"derive_forms: unknown form(s) {bad}; allowed: {list(epilogues.FORMS)}")
     found = []
     for kind in kinds:
-        variant = epilogues.find_variant(lib_symbol, sig, kind)
-        if variant is None:
+        form = epilogues.find_form(lib_symbol, sig, kind)
+        if form is None:
             if required:
-                raise ValueError(f"{lib_symbol}::{sig.qualified} has no {kind} variant to derive")
+                raise ValueError(f"{lib_symbol}::{sig.qualified} has no {kind} form to derive")
             continue
-        found.append((kind, variant))
+        found.append((kind, form))
     return found

@@ -11,7 +11,7 @@ OrderFn = Callable[[str, str, list["OverrideHandle"]], list["OverrideHandle"]]
 
 
 class OverrideHandle:
-    """One registered override. ``remove()`` takes it (and variants derived from it) out.
+    """One registered override. ``remove()`` takes it (and the forms derived from it) out.
 
     ``cond`` and ``impl`` are what was registered; ``routed_cond`` and ``routed_impl`` what the
     router calls after the features' wrappers (a calibration gate, checked mode) were applied.
@@ -78,7 +78,7 @@ class OverrideHandle:
 
     @property
     def functional(self) -> OverrideHandle:
-        """The override this one was derived from (in-place/``out=`` variants), else itself."""
+        """The override this one was derived from (in-place/``out=`` forms), else itself."""
         return self.derived_from if self.derived_from is not None else self
 
     @property

@@ -1,7 +1,7 @@
 """The registry: every slot and override of the process, and every switch over them.
 
 ``register`` checks everything first (arguments, ordering, the features' wrappers), then commits
-each piece (the functional op and its derived variants) to its slot. Every later change (a
+each piece (the functional op and the in-place/``out=`` forms derived from it) to its slot. Every later change (a
 removal, a disable, a scope, a trace) re-selects the router of the slots it touches (see
 ``routers``): cheap enough for toggles in hot loops. Features hear about changes through
 ``extensions``; the registry never names them.
@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from python_native.core import arguments, explainers, extensions, nested_aten, reclaim, routers, slots
 from python_native.core import variants as variants_
@@ -73,18 +74,21 @@ class Registry:
         *,
         unconditional_override: bool = False,
         priority: int = 0,
-        derive_variants: bool | Iterable[str] = False,
+        derive_forms: bool | Iterable[str] | None = None,
         impl_takes_plan: bool = False,
         explain: explainers.Explain | None = None,
         variants: Mapping[str, Impl] | None = None,
+        **renamed: Any,
     ) -> OverrideHandle:
+        """Register an override; the public ``pn.register_op_override`` documents the arguments
+        (its signature is this one's). ``renamed`` takes the deprecated ``derive_variants``."""
         dsl, lib_symbol, op_symbol, dispatch_key = arguments.check_pieces(
             dsl, lib_symbol, op_symbol, dispatch_key, cond, impl,
             unconditional=unconditional_override, priority=priority, takes_plan=impl_takes_plan,
         )
         declared = variants_.check(impl, variants)
         sig = arguments.signature(lib_symbol, op_symbol, impl_takes_plan)
-        derived = arguments.derived_variants(lib_symbol, sig, derive_variants)
+        derived = arguments.derived_forms(lib_symbol, sig, arguments.derive_forms_option(derive_forms, renamed))
         explain = explainers.check_explain(explain, cond)
         pieces = [(sig, "functional")] + [(schema.signature_of(lib_symbol, op), kind) for kind, op in derived]
         for psig, _ in pieces:
@@ -105,7 +109,7 @@ class Registry:
                 primary.derived.append(child)
             primary.variants = declared
             chosen = variants_.seeded(primary, self.overrides) or variants_.DEFAULT
-            for handle in handles:  # derived overrides share the functional one's variants and choice
+            for handle in handles:  # derived forms share the functional override's variants and choice
                 handle.variants, handle.variant = declared, chosen
             # Everything that can fail on the user's behalf (ordering) runs before the dispatcher
             # changes; installing a slot is the last step that can fail. (A slot of an op defined
@@ -212,7 +216,7 @@ class Registry:
     # ----- removal -----
 
     def remove(self, handle: OverrideHandle) -> None:
-        """Take ``handle`` (and its derived variants) out; nothing of them stays reachable.
+        """Take ``handle`` (and its derived forms) out; nothing of them stays reachable.
 
         The slot's router is swapped first, then the override's globals become tombstones and
         every cached router variant naming it is dropped (``routers.bury``). A slot left with no

@@ -1,4 +1,8 @@
-"""Mutation epilogues: derive an op's in-place and ``out=`` variants from its functional kernel.
+"""Mutation epilogues: derive an op's in-place and ``out=`` forms from its functional kernel.
+
+An op's *forms* are the overloads torch generates from one schema (torchgen's schema kinds): the
+functional one, the in-place one (``add_.Tensor``) and the ``out=`` one (``add.out``). (A *variant*
+is something else: one of an override's alternative impls, ``core.variants``.)
 
 A DSL author writes ``add.Tensor`` once; the registry can route ``add_.Tensor`` and ``add.out``
 to the same cond and impl, and the generated router finishes the job as aten would: copy into
@@ -16,7 +20,7 @@ import torch
 
 from python_native.foundations.schema import OpSignature, find_overload, qualify, signature_of
 
-VARIANTS = ("inplace", "out")
+FORMS = ("inplace", "out")  # the forms an override can derive from its functional op
 
 
 def fits_inplace(result: torch.Tensor, target: torch.Tensor) -> bool:
@@ -65,7 +69,7 @@ def _arg_types(lib_symbol: str, qualified: str) -> list[str]:
     return [str(a.type) for a in overload._schema.arguments]
 
 
-def inplace_variant(lib_symbol: str, functional: OpSignature) -> str | None:
+def inplace_form(lib_symbol: str, functional: OpSignature) -> str | None:
     """``add.Tensor`` → ``add_.Tensor`` when that overload exists with the same arguments."""
     candidate = qualify(functional.packet + "_", functional.overload)
     if find_overload(lib_symbol, candidate) is None:
@@ -80,7 +84,7 @@ def inplace_variant(lib_symbol: str, functional: OpSignature) -> str | None:
     return candidate
 
 
-def out_variant(lib_symbol: str, functional: OpSignature) -> str | None:
+def out_form(lib_symbol: str, functional: OpSignature) -> str | None:
     """The overload of the same op taking the functional's arguments plus keyword-only ``out``s."""
     packet = getattr(getattr(torch.ops, lib_symbol), functional.packet)
     want_params = _functional_params(functional)
@@ -103,7 +107,8 @@ def out_variant(lib_symbol: str, functional: OpSignature) -> str | None:
     return None
 
 
-def find_variant(lib_symbol: str, functional: OpSignature, kind: str) -> str | None:
+def find_form(lib_symbol: str, functional: OpSignature, kind: str) -> str | None:
+    """The overload of ``functional``'s ``kind`` form (one of ``FORMS``), or None where the op has none."""
     if kind == "inplace":
-        return inplace_variant(lib_symbol, functional)
-    return out_variant(lib_symbol, functional)
+        return inplace_form(lib_symbol, functional)
+    return out_form(lib_symbol, functional)

@@ -9,7 +9,7 @@ override, the public name of the op and whether the aten op is that op's backwar
 - the name of a declared forward (``"_softmax"``) covers the same ops as its public name;
 - the name of a declared backward (``"_softmax_backward_data"``) covers just that op;
 - any other name covers itself;
-- every op also covers the in-place and ``out=`` variants derived from it (the registry's rule).
+- every op also covers the in-place and ``out=`` forms derived from it (the registry's rule).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def op_targets(value: Any, what: str = "is_operation_disabled") -> tuple[str, ..
 
 def op_is_off(name: str) -> bool:
     """Whether one op is off: by its own name, its bare name, or (for an in-place or ``out=``
-    variant derived from another op's override) by the name of the op it derives from."""
+    form derived from another op's override) by the name of the op it derives from."""
     if REGISTRY.is_off("op", name) or REGISTRY.is_off("op", name.partition(".")[0]):
         return True
     return any(
@@ -149,7 +149,7 @@ def installed_names(dsl: str | None) -> dict[str, list[str]]:
     named = {op for listed in names.values() for op in listed}
     for op in sorted(installed - named - functional.keys()):
         names[op] = [op]
-    for op in sorted((installed - named) & functional.keys()):  # a derived variant: under its functional op
+    for op in sorted((installed - named) & functional.keys()):  # a derived form: under its functional op
         entry = next((listed for listed in names.values() if functional[op] in listed), None)
         if entry is None:
             names[op] = [op]

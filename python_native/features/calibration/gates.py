@@ -237,7 +237,7 @@ def gate_override(handle: OverrideHandle, cond: Callable[..., Any]) -> Callable[
     """The dispatch core's cond wrapper: ``cond`` gated where a table or the portable policy can
     speak for the override at its key, ``cond`` itself elsewhere (it then costs nothing).
 
-    Derived in-place/``out=`` variants are gated by their functional op's verdicts. A cond gated
+    Derived in-place/``out=`` forms are gated by their functional op's verdicts. A cond gated
     already (a ``Gate`` built by hand) is bound as its function. Never raises: a failure to tell
     leaves the cond ungated, as without calibration.
     """

@@ -3,7 +3,7 @@
 When the switch is on at registration, the router calls a checking wrapper instead of the
 override's impl: the impl runs on the caller's tensors, aten's captured kernel for the
 *functional* op runs on clones of them (so the reference can never change the caller's data,
-and derived in-place/``out=`` variants are judged by the functional result their epilogue
+and derived in-place/``out=`` forms are judged by the functional result their epilogue
 writes), and the two results must agree in dtype, shape, contiguity where aten's is contiguous,
 and values within a per-dtype tolerance (``compare.py``). Where aten fixes no bits (the index of
 a tie, a random draw) the op is judged by the contract aten keeps instead (``contracts.py``). A

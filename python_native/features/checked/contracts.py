@@ -6,7 +6,7 @@ the kernel's choice, and a random op's draw is its generator's. Comparing those 
 raises false alarms, so such an op is judged by the contract aten keeps instead (``selection.py``:
 ties; ``draws.py``: random draws). The table is keyed by the functional op, ``"lib::name"``,
 and holds for every override of the op (any DSL, or a user's own) and for the in-place and
-``out=`` variants derived from it, which checked mode judges by their functional result.
+``out=`` forms derived from it, which checked mode judges by their functional result.
 
 Any other op aten tags ``nondeterministic_seeded`` (a random op with no contract here) is judged
 by what holds for every random op: the draw is reproducible under the same generator state, and
