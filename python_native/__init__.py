@@ -199,13 +199,11 @@ def register_op_override(
 
 
 def _with_registry_options(fn: Callable[..., Any]) -> inspect.Signature:
-    """``fn``'s signature with its ``**options`` spelled out as the registry's keyword arguments,
-    which are defined once, on the registry's ``register``: ``help()`` shows them all."""
+    """``fn``'s signature, its ``**options`` spelled out as the registry's keywords (defined there only)."""
     own = inspect.signature(fn)
     options = [p for p in inspect.signature(type(REGISTRY).register).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    positional = [p for p in own.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
-    keywords = [p for p in own.parameters.values() if p.kind is p.KEYWORD_ONLY]
-    return own.replace(parameters=positional + options + keywords)
+    mine = [p for p in own.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    return own.replace(parameters=sorted(mine + options, key=lambda p: p.kind))  # stable: positional ones first
 
 
 register_op_override.__signature__ = _with_registry_options(register_op_override)  # type: ignore[attr-defined]
