@@ -27,7 +27,7 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 from calibration_testing import FAKE_DEVICE, table
 
 from python_native.features import calibration
-from python_native.features.calibration import fresh, tables
+from python_native.features.calibration import tables, usable_rows
 
 N = 1500
 
@@ -100,7 +100,7 @@ def _cpu_seconds(text: str) -> float:
     try:
         start = time.process_time()
         raw = tables.parse(text, "t")
-        rows = fresh.Fresh({k: v for k, v in raw.items() if k != "rows"}, raw["rows"])
+        rows = usable_rows.UsableRows({k: v for k, v in raw.items() if k != "rows"}, raw["rows"])
         assert rows.verdicts("_softmax", "float32", "triton") is not None
         return time.process_time() - start
     finally:

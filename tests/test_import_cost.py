@@ -29,7 +29,7 @@ python_native.core.reclaim python_native.core.registry python_native.core.router
 python_native.core.variants
 python_native.features
 python_native.features.calibration python_native.features.calibration.first_use
-python_native.features.calibration.fresh python_native.features.calibration.gates
+python_native.features.calibration.gates python_native.features.calibration.usable_rows
 python_native.features.calibration.portable python_native.features.calibration.resolve
 python_native.features.calibration.sources python_native.features.calibration.tables
 python_native.features.calibration.versions

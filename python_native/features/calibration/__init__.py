@@ -14,7 +14,7 @@ keeps the verdict in the user's table. A table records the kernel version of eac
 (``versions``): rows of other kernels count as unmeasured.
 
 Modules: ``tables`` (the format, validation, verdicts), ``sources`` (where tables come from,
-precedence, version drift), ``fresh`` (what a table's rows are worth now), ``versions`` (kernel
+precedence, version drift), ``usable_rows`` (what a table's rows are worth now), ``versions`` (kernel
 source versions), ``store`` (the user's tables: atomic writes, deletion), ``portable`` (the
 policy), ``resolve`` (what gates each device), ``gates`` (the gate around a cond), ``first_use``
 and ``measure`` (``pn.benchmark``), ``summary`` (what the status report shows).
@@ -34,12 +34,12 @@ from typing import Any
 from python_native.core import extensions
 from python_native.features.calibration import (
     first_use,
-    fresh,
     gates,
     portable,
     resolve,
     sources,
     tables,
+    usable_rows,
     versions,
 )
 from python_native.features.calibration.gates import (
@@ -99,8 +99,8 @@ __all__ = [
     "reset",
     "save_table", "set_benchmark", "set_device_key_fn", "size_bucket", "suspended", "table_filename", "validate",
     "width_class", "wins",
-    "first_use", "fresh", "gates", "measure", "portable", "resolve", "sources", "store", "summary", "tables",
-    "versions",  # the modules
+    "first_use", "gates", "measure", "portable", "resolve", "sources", "store", "summary", "tables",
+    "usable_rows", "versions",  # the modules
 ]
 
 

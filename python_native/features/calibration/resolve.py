@@ -56,7 +56,7 @@ class Resolution:
             return base
         covered: set[int] | range = set()
         if measure and (first_use.mode() is True or first_use.requested(op)):
-            covered = set().union(*(t.fresh.exact.get((dsl, op, dtype), ()) for t in self.tables))
+            covered = set().union(*(t.usable.exact.get((dsl, op, dtype), ()) for t in self.tables))
         elif measure and any(t.verdicts(op, dtype, dsl) is not None for t in self.tables):
             covered = range(_SPAN)  # "unmeasured": a table speaks for the op and dtype
         out: list[Any] = []
@@ -85,13 +85,13 @@ class Resolution:
     def ops(self) -> set[tuple[str, str]]:
         """Every (dsl, op) some source of this device speaks for."""
         found = {(dsl, op) for t in self.tables for (op, dtype) in t.groups for dsl in t.dsls(op, dtype)}
-        found |= {(dsl, op) for t in self.tables for (dsl, op, _) in t.fresh.first_use}
+        found |= {(dsl, op) for t in self.tables for (dsl, op, _) in t.usable.first_use}
         found |= first_use.learned_ops(self.device)
         return found | (set(self.policy.cells) if self.policy is not None else set())
 
     def dtypes(self, dsl: str, op: str) -> set[str]:
         found = {dtype for t in self.tables for (o, dtype) in t.groups if o == op and dsl in t.dsls(o, dtype)}
-        found |= {dtype for t in self.tables for (d, o, dtype) in t.fresh.first_use if (d, o) == (dsl, op)}
+        found |= {dtype for t in self.tables for (d, o, dtype) in t.usable.first_use if (d, o) == (dsl, op)}
         found |= first_use.learned_dtypes(self.device, dsl, op)
         if self.policy is not None:
             found |= set(self.policy.cells.get((dsl, op), {}))
@@ -123,7 +123,7 @@ class Resolution:
         """Cell -> won of the first-use verdicts for (dsl, op, dtype): this process's over the tables'."""
         known: dict[int, bool] = {}
         for table in reversed(self.tables):  # the strongest table last: its cells stay
-            known.update(table.fresh.first_use.get((dsl, op, dtype), {}))
+            known.update(table.usable.first_use.get((dsl, op, dtype), {}))
         known.update(first_use.learned(self.device, dsl, op, dtype))
         return known
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from python_native.features.calibration import fresh, tables, versions
+from python_native.features.calibration import tables, usable_rows, versions
 from python_native.foundations import env, faults, trust
 
 ENV_VAR = env.CALIBRATION[0]
@@ -109,7 +109,7 @@ def user_table_filename(device_key: str, versions: dict[str, str]) -> str:
 
 @dataclass
 class Table:
-    """A validated table file and where it came from; its rows as they count now in ``fresh``."""
+    """A validated table file and where it came from; its rows as they count now in ``usable``."""
 
     path: str
     origin: str  # one of ORIGINS
@@ -117,28 +117,28 @@ class Table:
     header: dict[str, Any]
     rows: list[dict[str, Any]]
     drift: tuple[str, ...] = ()  # e.g. "torch 2.11 (running 2.13)"
-    _fresh: fresh.Fresh | None = field(default=None, repr=False)
+    _usable: usable_rows.UsableRows | None = field(default=None, repr=False)
 
     @property
-    def fresh(self) -> fresh.Fresh:
+    def usable(self) -> usable_rows.UsableRows:
         """Its rows with stale ops dropped and first-use verdicts apart (rebuilt when a version changes)."""
-        found = self._fresh
+        found = self._usable
         if found is None or found.generation != versions.generation:
-            found = self._fresh = fresh.Fresh(self.header, self.rows)
+            found = self._usable = usable_rows.UsableRows(self.header, self.rows)
         return found
 
     @property
     def groups(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
-        """The calibration rows per (op, dtype) that count (fresh ops, first-use rows apart)."""
-        return self.fresh.groups
+        """The calibration rows per (op, dtype) that count (stale ops dropped, first-use rows apart)."""
+        return self.usable.groups
 
     def dsls(self, op: str, dtype: str) -> frozenset[str]:
         """The DSLs with calibration rows for (op, dtype)."""
-        return self.fresh.dsls.get((op, dtype), frozenset())
+        return self.usable.dsls.get((op, dtype), frozenset())
 
     def verdicts(self, op: str, dtype: str, dsl: str) -> tables.Verdicts | None:
         """``dsl``'s verdicts for (op, dtype), or None where the table has no rows for them that count."""
-        return self.fresh.verdicts(op, dtype, dsl)
+        return self.usable.verdicts(op, dtype, dsl)
 
     def loses_everywhere(self, op: str, dtype: str, dsl: str) -> bool:
         """Every (bucket, width class) ``dsl`` was measured at for (op, dtype) lost (no verdict is built)."""
@@ -154,7 +154,7 @@ class Table:
             "device": self.device, "path": self.path, "origin": self.origin, "rows": len(self.rows),
             **{k: self.header.get(k) for k in ("torch", "triton", "dsls", "date")},
             "versions": table_versions(self.header), "drift": list(self.drift),
-            "stale": [f"{dsl} {op}" for dsl, op in self.fresh.stale],
+            "stale": [f"{dsl} {op}" for dsl, op in self.usable.stale],
         }
 
 

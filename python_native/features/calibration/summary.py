@@ -34,7 +34,7 @@ def first_uses(found: resolve.Resolution) -> list[dict[str, Any]]:
                for (dsl, op) in sorted(first_use.learned_ops(found.device))
                for dtype in sorted(first_use.learned_dtypes(found.device, dsl, op))
                for cells in [first_use.learned(found.device, dsl, op, dtype)]]
-    in_tables = [(t.path, (found.device, *key), cells) for t in found.tables for key, cells in t.fresh.first_use.items()]
+    in_tables = [(t.path, (found.device, *key), cells) for t in found.tables for key, cells in t.usable.first_use.items()]
     for source, (_, dsl, op, dtype), cells in learned + in_tables:
         for cell, won in sorted(cells.items()):
             if (dsl, op, dtype, cell) not in seen:

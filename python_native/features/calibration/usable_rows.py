@@ -19,7 +19,7 @@ Key = tuple[str, str]  # (op, dtype)
 Cell = tuple[str, str, str]  # (dsl, op, dtype)
 
 
-class Fresh:
+class UsableRows:
     """A table's rows as they count now: calibration rows per (op, dtype), first-use verdicts per cell.
 
     Built in one pass over the rows, a constant few operations a row (whether a kernel is stale is
