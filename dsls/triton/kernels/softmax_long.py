@@ -38,33 +38,74 @@ LOOP_WARPS = 16
 
 
 @triton.jit
-def _softmax_fwd_looped_kernel(X, Y, n_cols, stride_xm, stride_xn, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_xm
-    y_row = Y + row * n_cols
-    # Per-lane running max and sum of exp(x - max); lanes that saw only -inf keep a zero sum.
+def _max_and_sum_exp(x_row, stride_xn, lo, hi, BLOCK_N: tl.constexpr):
+    """Max of ``x[lo:hi]`` and the sum of ``exp(x - max)`` over it (0 when all of it is -inf), in one
+    online pass: per-lane running max and sum, rescaled when the max grows."""
     m = tl.full([BLOCK_N], float("-inf"), tl.float32)
     s = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
+    for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols * stride_xn, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < hi, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, x)
         ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         s = s * tl.exp(m - ref) + tl.exp(x - ref)
         m = m_new
-    row_max = tl.max(m, axis=0)
-    ref = tl.where(row_max == float("-inf"), 0.0, row_max)
-    total = tl.sum(s * tl.exp(m - ref), axis=0)
+    top = tl.max(m, axis=0)
+    ref = tl.where(top == float("-inf"), 0.0, top)
+    return top, tl.sum(s * tl.exp(m - ref), axis=0)
+
+
+@triton.jit
+def _write_probs(x_row, y_row, stride_xn, lo, hi, row_max, total, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``y[lo:hi]``: ``softmax`` or ``log_softmax`` of x from the whole row's max and sum of exp."""
     log_total = tl.log(total)
-    for start in range(0, n_cols, BLOCK_N):
+    for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        ok = cols < n_cols
-        z = tl.load(x_row + cols * stride_xn, mask=ok, other=0.0).to(tl.float32) - row_max
+        col_ok = cols < hi
+        z = tl.load(x_row + cols * stride_xn, mask=col_ok, other=0.0).to(tl.float32) - row_max
         if LOG:
             y = z - log_total
         else:
             y = tl.exp(z) / total
-        tl.store(y_row + cols, cast_out(y, Y.dtype.element_ty), mask=ok)
+        tl.store(y_row + cols, cast_out(y, y_row.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit
+def _grad_dot(dy_row, y_row, stride_dyn, stride_yn, lo, hi, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``sum(dy * y)`` (softmax) or ``sum(dy)`` (log-softmax) over ``[lo, hi)``."""
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < hi
+        dy = tl.load(dy_row + cols * stride_dyn, mask=col_ok, other=0.0).to(tl.float32)
+        if LOG:
+            acc += dy
+        else:
+            acc += dy * tl.load(y_row + cols * stride_yn, mask=col_ok, other=0.0).to(tl.float32)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _write_grad(dy_row, y_row, dx_row, stride_dyn, stride_yn, lo, hi, dot, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``dx[lo:hi]`` from the whole row's ``dot`` (see ``_grad_dot``)."""
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_ok = cols < hi
+        dy = tl.load(dy_row + cols * stride_dyn, mask=col_ok, other=0.0).to(tl.float32)
+        y = tl.load(y_row + cols * stride_yn, mask=col_ok, other=0.0).to(tl.float32)
+        if LOG:
+            dx = dy - tl.exp(y) * dot
+        else:
+            dx = y * (dy - dot)
+        tl.store(dx_row + cols, cast_out(dx, dx_row.dtype.element_ty), mask=col_ok)
+
+
+@triton.jit
+def _softmax_fwd_looped_kernel(X, Y, n_cols, stride_xm, stride_xn, LOG: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_xm
+    row_max, total = _max_and_sum_exp(x_row, stride_xn, 0, n_cols, BLOCK_N)
+    _write_probs(x_row, Y + row * n_cols, stride_xn, 0, n_cols, row_max, total, LOG, BLOCK_N)
 
 
 @triton.jit
@@ -75,27 +116,8 @@ def _softmax_bwd_looped_kernel(
     row = tl.program_id(0).to(tl.int64)
     dy_row = DY + row * stride_dym
     y_row = Y + row * stride_ym
-    dx_row = DX + row * n_cols
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        ok = cols < n_cols
-        dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
-        if LOG:
-            acc += dy
-        else:
-            acc += dy * tl.load(y_row + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
-    dot = tl.sum(acc, axis=0)
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        ok = cols < n_cols
-        dy = tl.load(dy_row + cols * stride_dyn, mask=ok, other=0.0).to(tl.float32)
-        y = tl.load(y_row + cols * stride_yn, mask=ok, other=0.0).to(tl.float32)
-        if LOG:
-            dx = dy - tl.exp(y) * dot
-        else:
-            dx = y * (dy - dot)
-        tl.store(dx_row + cols, cast_out(dx, DX.dtype.element_ty), mask=ok)
+    dot = _grad_dot(dy_row, y_row, stride_dyn, stride_yn, 0, n_cols, LOG, BLOCK_N)
+    _write_grad(dy_row, y_row, DX + row * n_cols, stride_dyn, stride_yn, 0, n_cols, dot, LOG, BLOCK_N)
 
 
 @triton.jit
@@ -112,21 +134,10 @@ def _softmax_slice_stats_kernel(
 ):
     """The slice's max and its sum of ``exp(x - max)`` (0 when the slice is all -inf)."""
     row, lo, hi = _slice_bounds(n_cols, slice_cols)
-    x_row = X + row * stride_xm
-    m = tl.full([BLOCK_N], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols * stride_xn, mask=cols < hi, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, x)
-        ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp(m - ref) + tl.exp(x - ref)
-        m = m_new
-    slice_max = tl.max(m, axis=0)
-    ref = tl.where(slice_max == float("-inf"), 0.0, slice_max)
+    slice_max, slice_sum = _max_and_sum_exp(X + row * stride_xm, stride_xn, lo, hi, BLOCK_N)
     out = row * n_slices + tl.program_id(1)
     tl.store(PMAX + out, slice_max)
-    tl.store(PSUM + out, tl.sum(s * tl.exp(m - ref), axis=0))
+    tl.store(PSUM + out, slice_sum)
 
 
 @triton.jit
@@ -143,18 +154,7 @@ def _softmax_slice_write_kernel(
     row_max = tl.max(pmax, axis=0)
     ref = tl.where(row_max == float("-inf"), 0.0, row_max)
     total = tl.sum(psum * tl.exp(pmax - ref), axis=0)
-    log_total = tl.log(total)
-    x_row = X + row * stride_xm
-    y_row = Y + row * n_cols
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        col_ok = cols < hi
-        z = tl.load(x_row + cols * stride_xn, mask=col_ok, other=0.0).to(tl.float32) - row_max
-        if LOG:
-            y = z - log_total
-        else:
-            y = tl.exp(z) / total
-        tl.store(y_row + cols, cast_out(y, Y.dtype.element_ty), mask=col_ok)
+    _write_probs(X + row * stride_xm, Y + row * n_cols, stride_xn, lo, hi, row_max, total, LOG, BLOCK_N)
 
 
 @triton.jit
@@ -164,16 +164,8 @@ def _softmax_slice_dot_kernel(
 ):
     """The slice's share of ``sum(dy * y)`` (softmax) or ``sum(dy)`` (log-softmax)."""
     row, lo, hi = _slice_bounds(n_cols, slice_cols)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        col_ok = cols < hi
-        dy = tl.load(DY + row * stride_dym + cols * stride_dyn, mask=col_ok, other=0.0).to(tl.float32)
-        if LOG:
-            acc += dy
-        else:
-            acc += dy * tl.load(Y + row * stride_ym + cols * stride_yn, mask=col_ok, other=0.0).to(tl.float32)
-    tl.store(PDOT + row * n_slices + tl.program_id(1), tl.sum(acc, axis=0))
+    dot = _grad_dot(DY + row * stride_dym, Y + row * stride_ym, stride_dyn, stride_yn, lo, hi, LOG, BLOCK_N)
+    tl.store(PDOT + row * n_slices + tl.program_id(1), dot)
 
 
 @triton.jit
@@ -185,16 +177,8 @@ def _softmax_slice_grad_kernel(
     row, lo, hi = _slice_bounds(n_cols, slice_cols)
     idx = tl.arange(0, BLOCK_S)
     dot = tl.sum(tl.load(PDOT + row * n_slices + idx, mask=idx < n_slices, other=0.0), axis=0)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        col_ok = cols < hi
-        dy = tl.load(DY + row * stride_dym + cols * stride_dyn, mask=col_ok, other=0.0).to(tl.float32)
-        y = tl.load(Y + row * stride_ym + cols * stride_yn, mask=col_ok, other=0.0).to(tl.float32)
-        if LOG:
-            dx = dy - tl.exp(y) * dot
-        else:
-            dx = y * (dy - dot)
-        tl.store(DX + row * n_cols + cols, cast_out(dx, DX.dtype.element_ty), mask=col_ok)
+    _write_grad(DY + row * stride_dym, Y + row * stride_ym, DX + row * n_cols, stride_dyn, stride_yn, lo, hi, dot,
+                LOG, BLOCK_N)
 
 
 _FWD_OP, _BWD_OP = "_softmax, _log_softmax", "_softmax_backward_data, _log_softmax_backward_data"
