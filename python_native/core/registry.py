@@ -281,7 +281,7 @@ class Registry:
         slot.current_source, code = hit
         if slot.entry.__code__ is not code:
             slot.entry.__code__ = code
-        slot.active, slot.traced, slot.below = tuple(active), traced, guard
+        slot.active, slot.traced, slot.guarded = tuple(active), traced, guard
         refreshed = _POINTS.slot_refreshed
         if refreshed:  # extensions.notify, written out: a toggle refreshes twice
             for fn in refreshed:

@@ -58,7 +58,7 @@ class Slot:
         self.current_source = ""
         self.active: tuple[OverrideHandle, ...] = ()  # what the router routes to now, in order
         self.traced = False  # whether the router records trace events now
-        self.below = False  # whether the router runs the kernel it shadows inside ``nested_aten``'s guard
+        self.guarded = False  # whether the router runs the kernel it shadows inside ``nested_aten``'s guard
 
     @property
     def key(self) -> tuple[str, str, str]:

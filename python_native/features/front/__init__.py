@@ -217,7 +217,7 @@ def _refreshed(slot: Any) -> None:
     cell = _state.mode_cells.get(slot)
     if cell is None:
         return
-    mode, masks = _FALLBACK if not slot.active and not slot.traced and not slot.below else _decide(slot)
+    mode, masks = _FALLBACK if not slot.active and not slot.traced and not slot.guarded else _decide(slot)
     if masks:
         if cell[0] != mode or _state.applied.get(slot) != masks:
             front = _state.fronts[slot]
@@ -238,7 +238,7 @@ _FALLBACK: tuple[int, tuple] = (-1, ())
 def _decide(slot: Any) -> tuple[int, tuple]:
     """The front's mode for ``slot`` now, and the masks of calls every active override declines."""
     m = _state.module
-    if slot.traced or slot.below:  # the router records, or runs the kernel below inside its guard
+    if slot.traced or slot.guarded:  # the router records, or runs its kernel inside the nested-aten guard
         return _PYTHON
     if not slot.active:
         return _FALLBACK
