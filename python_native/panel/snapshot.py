@@ -150,7 +150,7 @@ def _override_entry(o) -> dict:
         "dispatch_key": o.dispatch_key,
         "dsl": o.dsl,
         "name": o.name,
-        "variant_of": o.derived_from.op if o.derived_from is not None else None,
+        "derived_from": o.derived_from.op if o.derived_from is not None else None,
         "active": o.active,
         "unreachable": unreachable_reason(o.dispatch_key),
         "origin": native_bridge.origin_of(o),

@@ -80,7 +80,7 @@ def _override_lines(overrides: list[dict]) -> list[str]:
     lines = ["", f"Overrides ({len(overrides)})"]
     if not overrides:
         lines.append("  none installed here")
-    rows = [(o["op"] + (f" (from {o['variant_of']})" if o["variant_of"] else ""), o) for o in overrides]
+    rows = [(o["op"] + (f" (from {o['derived_from']})" if o["derived_from"] else ""), o) for o in overrides]
     width = max((len(label) for label, _ in rows), default=0)
     for label, o in rows:
         lines.append(
