@@ -70,7 +70,7 @@ def test_a_disabled_dropout_draws_with_aten_on_its_composite_path_too():
 
 
 @needs("native_group_norm")
-def test_a_disabled_out_variant_runs_its_generated_kernel_without_the_functional_override():
+def test_a_disabled_out_form_runs_its_generated_kernel_without_the_functional_override():
     x = X.reshape(8, 8, 8)
 
     def call():
