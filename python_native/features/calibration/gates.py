@@ -223,13 +223,13 @@ def is_gated(cond: Any) -> bool:
 def could_gate(dispatch_key: str, dsl: str, op: str) -> bool:
     """Whether a table or the portable policy speaks for ``dsl``'s ``op`` on a device ``dispatch_key``
     serves, or ``pn.benchmark`` measures there."""
-    _fresh()
+    _reset_if_setting_changed()
     return any(r.speaks_for(dsl, op) for r in resolve.devices_at(dispatch_key))
 
 
 def gates_needed(dispatch_key: str) -> bool:
     """Whether any override installed at ``dispatch_key`` could be gated (some source speaks for a device there)."""
-    _fresh()
+    _reset_if_setting_changed()
     return any(r.ops() for r in resolve.devices_at(dispatch_key))
 
 
@@ -269,7 +269,7 @@ def never_wins(op: str, dsl: str = tables.DEFAULT_DSL, dispatch_key: str = "CUDA
     """True when ``dsl``'s ``op`` loses to aten everywhere on every device ``dispatch_key`` serves:
     each device's sources speak for it and none has a (dtype, size, width) where it fires.
     Unknown devices (no NVML) count as every device a table is for plus any other GPU."""
-    _fresh()
+    _reset_if_setting_changed()
     found = resolve.devices_at(dispatch_key)
     return bool(found) and all(r.never_wins(dsl, op) for r in found)
 
@@ -280,7 +280,7 @@ def has_evidence(op: str, dsl: str, dispatch_key: str = "CUDA") -> bool:
     use: what an override marked unmeasured waits for. Never raises: a failure to tell counts as no
     evidence."""
     try:
-        _fresh()
+        _reset_if_setting_changed()
         found = resolve.devices_at(dispatch_key)
         return bool(found) and all(r.speaks_for(dsl, op) for r in found)
     except Exception:
@@ -354,7 +354,7 @@ def reread() -> None:
     refresh()
 
 
-def _fresh() -> None:
+def _reset_if_setting_changed() -> None:
     """Start over where ``PYTHON_NATIVE_CALIBRATION`` changed since the tables were read."""
     if resolve.stale():
         reset()
