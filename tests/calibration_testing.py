@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,38 @@ class Sources:
         else:
             self.monkeypatch.setenv(calibration.ENV_VAR, str(value))
         calibration.reset()
+
+
+def recorded_registration(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """Stand in for the registry's ``register``: ``{op: cond}`` as the dispatch core would route
+    each registered override's cond, through every feature's wrapper (filled as the backend registers)."""
+    import types
+
+    from python_native.core import extensions
+    from python_native.core.registry import REGISTRY
+
+    recorded: dict[str, object] = {}
+
+    def record(dsl, namespace, op, key, cond, impl, **options):
+        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
+        handle.functional = handle
+        recorded[op] = extensions.routed_pieces(handle)[0]
+
+    monkeypatch.setattr(REGISTRY, "register", record)
+    return recorded
+
+
+def routing_probe(shapes: tuple[tuple[int, int], ...]) -> str:
+    """Script lines for a fresh process (``torch`` and ``pn`` imported): per softmax shape, then for
+    silu, print the trace events of one call, which say whether the override ran, fell back or was
+    not routed at all."""
+    return textwrap.dedent(f"""
+        for shape in {shapes!r}:
+            with pn.trace() as t:
+                y = torch.softmax(torch.randn(*shape), -1)
+            torch.testing.assert_close(y.sum(-1), torch.ones(shape[0]))
+            print(shape[0], [(e.op, e.dsl, e.outcome) for e in t.events])
+        with pn.trace() as t:
+            torch.nn.functional.silu(torch.randn(4, 64))
+        print("silu", [(e.op, e.outcome) for e in t.events])
+    """)

@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
-import types
 
 import pytest
 import torch
@@ -15,11 +13,9 @@ import torch
 import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
-from calibration_testing import FAKE_DEVICE, FAKE_GPU, table
+from calibration_testing import FAKE_DEVICE, FAKE_GPU, recorded_registration, routing_probe, table
 
 import python_native_dsls.triton as backend
-from python_native.core import extensions
-from python_native.core.registry import REGISTRY
 from python_native.features import calibration
 
 
@@ -324,15 +320,7 @@ def test_folder_of_tables(calib):
 
 
 def test_register_overrides_binds_plain_conds_without_tables_and_gates_with_one(calib, monkeypatch, use_table):
-    recorded: dict[str, object] = {}
-
-    def record(dsl, namespace, op, key, cond, impl, **options):
-        # The cond as the dispatch core would route it: through every feature's wrapper.
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
-        handle.functional = handle
-        recorded[op] = extensions.routed_pieces(handle)[0]
-
-    monkeypatch.setattr(REGISTRY, "register", record)
+    recorded = recorded_registration(monkeypatch)
     from python_native_dsls.triton.ops import all_overrides
 
     plain = {spec.op: spec.cond for spec in all_overrides()}
@@ -358,17 +346,7 @@ def test_gate_in_the_real_dispatcher(tmp_path):
     """A fresh process with a table for its device: the router falls back where the override loses."""
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps(table(device="cpu")))
-    script = textwrap.dedent("""
-        import torch, python_native as pn
-        for shape in [(4, 64), (16, 64)]:
-            with pn.trace() as t:
-                y = torch.softmax(torch.randn(*shape), -1)
-            torch.testing.assert_close(y.sum(-1), torch.ones(shape[0]))
-            print(shape[0], [(e.op, e.dsl, e.outcome) for e in t.events])
-        with pn.trace() as t:
-            torch.nn.functional.silu(torch.randn(4, 64))
-        print("silu", [(e.op, e.outcome) for e in t.events])
-    """)
+    script = "import torch, python_native as pn\n" + routing_probe(((4, 64), (16, 64)))
     env = {**os.environ, calibration.ENV_VAR: str(path), "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1",
            "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)

@@ -7,18 +7,15 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
 import python_native as pn
 
 # isort: split
-from calibration_testing import table
+from calibration_testing import recorded_registration, table
 
 import python_native_dsls.triton as backend
-from python_native.core import extensions
-from python_native.core.registry import REGISTRY
 from python_native.features import calibration
 from python_native.tools import report
 
@@ -41,18 +38,6 @@ BAD = {
 }
 
 
-def _recorded_registration(monkeypatch) -> dict[str, object]:
-    recorded: dict[str, object] = {}
-
-    def record(dsl, namespace, op, key, cond, impl, **options):
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
-        handle.functional = handle
-        recorded[op] = extensions.routed_pieces(handle)[0]
-
-    monkeypatch.setattr(REGISTRY, "register", record)
-    return recorded
-
-
 @pytest.mark.parametrize("case", list(BAD))
 def test_a_bad_table_is_skipped_every_override_stays_and_status_names_it(calib, monkeypatch, case):
     from python_native_dsls.triton.ops import all_overrides
@@ -62,7 +47,7 @@ def test_a_bad_table_is_skipped_every_override_stays_and_status_names_it(calib, 
     path.write_text(content)
     calib.env(path)
     calib.device("cpu")
-    recorded = _recorded_registration(monkeypatch)
+    recorded = recorded_registration(monkeypatch)
     backend.register_overrides()
     assert set(recorded) == {spec.op for spec in all_overrides()}  # none dropped
     assert calibration.wins("_softmax", "float32", 9, "cpu") is None  # nothing gates: the conds decide
@@ -84,7 +69,7 @@ def test_a_table_for_another_device_named_by_the_variable_leaves_nothing_out_her
         {"op": "gelu", "dtype": "float32", "bucket": b, "wins": False} for b in (14, 20, 26)])))
     calib.env(path)
     calib.device("cpu")
-    recorded = _recorded_registration(monkeypatch)
+    recorded = recorded_registration(monkeypatch)
     backend.register_overrides()
     assert "gelu" in recorded and set(recorded) == {spec.op for spec in all_overrides()}
     assert calibration.never_wins("gelu", dispatch_key="CPU") is False

@@ -15,7 +15,7 @@ import torch
 import python_native as pn  # noqa: F401  (first: registers the backends)
 
 # isort: split
-from calibration_testing import A100, B200, H100, H200, rows_winning_from, table
+from calibration_testing import A100, B200, H100, H200, recorded_registration, routing_probe, rows_winning_from, table
 
 import python_native_dsls.triton as backend
 from python_native.features import calibration
@@ -114,20 +114,9 @@ def test_a_shipped_table_without_device_properties_is_no_evidence(calib):
 def test_ops_that_never_won_are_not_installed_and_the_rest_are_gated(calib, monkeypatch):
     """Registration through the real backend at its own key (CPU under the interpreter, CUDA on a
     GPU), whose device here is a fake GPU."""
-    import types
-
-    from python_native.core import extensions
-    from python_native.core.registry import REGISTRY
     from python_native_dsls.triton.ops import all_overrides
 
-    recorded: dict[str, object] = {}
-
-    def record(dsl, namespace, op, key, cond, impl, **options):
-        handle = types.SimpleNamespace(dsl=dsl, op=op, dispatch_key=key, cond=cond, impl=impl, chosen_impl=impl)
-        handle.functional = handle
-        recorded[op] = extensions.routed_pieces(handle)[0]
-
-    monkeypatch.setattr(REGISTRY, "register", record)
+    recorded = recorded_registration(monkeypatch)
     calib.ship(evidence_table())
     target = gpu("Target GPU", 100, 2000.0)
     calib.gpus([target])
@@ -299,16 +288,7 @@ def test_portable_policy_in_the_real_dispatcher(tmp_path):
         for o in [o for o in REGISTRY.overrides() if o.dsl == "triton" and o.derived_from is None]:
             o.remove()
         backend.register_overrides()
-        for shape in [(8, 64), (32, 64)]:
-            with pn.trace() as t:
-                y = torch.softmax(torch.randn(*shape), -1)
-            torch.testing.assert_close(y.sum(-1), torch.ones(shape[0]))
-            print(shape[0], [(e.op, e.dsl, e.outcome) for e in t.events])
-        with pn.trace() as t:
-            torch.nn.functional.silu(torch.randn(4, 64))
-        print("silu", [(e.op, e.outcome) for e in t.events])
-        print(json.dumps(pn.status()["calibration"]["devices"][0]["left_out"]))
-    """)
+    """) + routing_probe(((8, 64), (32, 64))) + 'print(json.dumps(pn.status()["calibration"]["devices"][0]["left_out"]))\n'
     env = {**os.environ, "PYTHON_NATIVE_TRITON_INTERPRET": "1", "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     env.pop(calibration.ENV_VAR, None)
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
