@@ -2,14 +2,17 @@
 cache built from one ``plan_or_why`` per op and its layout key.
 
 The conds and what traces say of their declines come from the same function, so they cannot
-drift: over a table of calls for every family, a call is declined exactly where a reason is given,
-and the reason is the expected one.
+drift: over a table of calls, a call is declined exactly where a reason is given, and the reason is
+the expected one. Every family is covered from its declarations, not the table: each forward op
+takes the call its first verify case makes, and declines it on a device the kernels never run on.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from declared_calls import captured_call, first_forward
+from torch.utils import _pytree as pytree
 
 import python_native as pn  # noqa: F401  (first: the backends register through it)
 
@@ -136,8 +139,20 @@ def _calls() -> list[tuple[str, str, tuple, dict, str | None]]:
     ]
 
 
-def test_the_table_covers_every_family():
-    assert {name for name, *_ in _calls()} == set(_families())
+@pytest.mark.parametrize("name", sorted(_families()))
+def test_every_forward_takes_its_first_verify_case_and_declines_it_elsewhere(name):
+    """Derived from the declarations: the arguments the first case of each forward's verify driver
+    passes the op are planned, and the same call on the meta device is declined with a reason."""
+    fam = _families()[name]
+    first_forward(fam)  # fails naming a family that declares no driver
+    for built in fam:
+        if built.op.backward:
+            continue
+        args, kwargs = captured_call(built, DEVICE)
+        assert built.cond(*args, **kwargs) and built.explain(*args, **kwargs) is None, built.explain(*args, **kwargs)
+        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda x: x.to(OTHER), (args, kwargs))
+        why = built.explain(*args, **kwargs)
+        assert built.cond(*args, **kwargs) is None and why is not None and why.startswith(f"device {OTHER}"), why
 
 
 @pytest.mark.parametrize("case", _calls(), ids=lambda c: f"{c[1]}-{c[4] or 'accepted'}")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from declared_calls import captured_call, first_forward
 
 import python_native as pn
-from python_native.tools import verify
 
 # isort: split
 import python_native_dsls.triton as triton_backend
@@ -33,15 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DEVICE = triton_backend.device_type()
 
 
-def _randn(*shape: int) -> torch.Tensor:
-    return torch.randn(*shape, device=DEVICE)
-
-
 def _public_call(fam: family.Family) -> Callable[[], object] | None:
     """A public call reaching the family: the first case verify drives the family's first forward
-    through (its declaration's ``Op.verify``, or verify's own table for aten ops); None without one."""
+    through (its declaration's ``Op.verify``); None without one."""
     for built in fam:
-        driver = verify.DRIVERS.get(built.spec.op)
+        driver = built.op.verify
         if not built.op.backward and driver is not None:
             sample = next(iter(driver.cases(torch.float32, DEVICE)))
             return lambda: sample.fn(*sample.inputs)
@@ -112,47 +108,34 @@ def test_a_broken_runtime_serves_aten_warns_once_and_is_named(name, broken_kerne
     assert pn.triton.available is False and "failed to import" in pn.triton.unavailable_reason
 
 
-def _impl_calls() -> dict[tuple[str, str], tuple]:
-    """Per family not installed here, one op's impl and arguments: called without a plan, the impl
-    reaches its kernels first (CPU tensors stand in for CUDA ones: the import fails before a launch).
-    The ops model patching declares are unmeasured: on a GPU without a calibration table they are not
-    installed, and their impls plan the call (on the backend's device) before loading the kernels."""
-    from python_native_dsls.cutedsl.ops import layer_norm, reductions, rms_norm, softmax
-    from python_native_dsls.triton.ops import gated, model_activations, model_rms_norm, moe, rotary
-    from python_native_dsls.triton.ops import rms_norm as triton_rms_norm
-
-    x, y = torch.randn(4, 16), _randn(4, 16)
-    return {
-        ("cutedsl", "softmax"): (softmax.softmax_impl, (x, -1, False)),
-        ("cutedsl", "layer_norm"): (layer_norm.layer_norm_impl, (x, [16], None, None, 1e-5)),
-        ("cutedsl", "rms_norm"): (rms_norm.rms_norm_impl, (x, [16], None, None)),
-        ("cutedsl", "reductions"): (reductions.FAMILY["amax"].op.impl, (x, [1])),
-        ("triton", "rms_norm"): (triton_rms_norm.rms_norm_impl, (x, [16], None, None)),
-        ("triton", "model_rms_norm"): (model_rms_norm.rms_norm_impl, (y, y[0], 1e-6)),
-        ("triton", "gated"): (gated.swiglu_impl, (y, y)),
-        ("triton", "rotary"): (rotary.rotary_impl, (y.view(1, 1, 4, 16), y.view(1, 1, 4, 16), y[None], y[None])),
-        ("triton", "model_activations"): (model_activations.quick_gelu_impl, (y,)),
-        ("triton", "moe"): (moe.experts_impl, (y, torch.zeros(4, 1, dtype=torch.long), y[:, :1], y.view(1, 4, 16)[:, :2],
-                                                y.view(1, 16, 4)[:, :, :1])),
-    }
+def _not_installed() -> dict[tuple[str, str], family.Family]:
+    """The families not installed here, by (DSL, family): each is checked through its impl."""
+    found = {("cutedsl", f.name): f for f in cutedsl_ops.families()}
+    installed = set(_installed_families())
+    return {**{("triton", f.name): f for f in triton_ops.families() if f.name not in installed}, **found}
 
 
-def test_every_family_not_installed_here_is_checked_through_its_impl():
-    every = {("triton", f.name) for f in triton_ops.families()} | {("cutedsl", f.name) for f in cutedsl_ops.families()}
-    reached = {("triton", n) for n in _installed_families()} | set(_impl_calls())
-    assert every <= reached, every - reached
+def _impl_call(fam: family.Family) -> Callable[[], object]:
+    """The family's first forward impl, called without a plan on the arguments its verify driver's
+    first case passes the op (on the backend's device: CPU tensors stand in for CUDA ones where the
+    kernels run on CUDA, as the import fails before a launch). The impl reaches its kernels first;
+    the unmeasured ops model patching declares plan the call before loading them."""
+    built = first_forward(fam)
+    args, kwargs = captured_call(built, DEVICE)
+    return lambda: built.op.impl(*args, **kwargs)
 
 
-@pytest.mark.parametrize("dsl, name", list(_impl_calls()))
-def test_an_impl_whose_kernels_fail_to_import_hands_the_call_on(dsl, name, broken_kernels):
+@pytest.mark.parametrize("dsl, name", list(_not_installed()))
+def test_an_impl_whose_kernels_fail_to_import_hands_the_call_on(dsl, name, request):
     from python_native_dsls.cutedsl.ops import _rows
 
+    call = _impl_call(_not_installed()[(dsl, name)])  # before the kernels break: it runs the public call
+    request.getfixturevalue("broken_kernels")
     _rows._launchers.clear()  # loaded programs would not need the import
-    impl, args = _impl_calls()[(dsl, name)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(errors.OverrideUnavailable, match="failed to import"):
-            impl(*args)
+            call()
     assert [str(w.message) for w in caught if f"python_native: {dsl}" in str(w.message)]
     assert "undefined symbol in the runtime" in {p["source"]: p["problem"] for p in pn.status()["problems"]}[dsl]
 

@@ -148,3 +148,24 @@ def test_every_declared_op_has_a_driver_that_knows_its_forward():
                 assert verify.FORWARD_OF.get(op) == forwards[built.op.public_name], (family.name, op)
             else:
                 assert op in verify.DRIVERS, (family.name, op)
+
+
+def test_the_drivers_are_the_declarations_own_and_nothing_else():
+    """verify keeps no table of ops: its drivers are exactly those the declarations carry
+    (``Op.verify``), each forward op of both backends has one, an op both backends declare has one
+    driver object for both, and no module of the package builds a driver of its own."""
+    from python_native_dsls.catalogue import built_ops
+
+    declared: dict[str, object] = {}
+    for built in built_ops():
+        if built.op.backward:
+            continue
+        assert built.op.verify is not None, f"{built.op.lib}::{built.spec.op} declares no verify driver (Op.verify)"
+        assert declared.setdefault(built.spec.op, built.op.verify) is built.op.verify, built.spec.op
+    assert verify.DRIVERS.keys() == declared.keys()
+    for op, driver in verify.DRIVERS.items():
+        own = declared[op]
+        assert (driver.cases, driver.opinfos, driver.check) == (own.cases, own.opinfos, own.check), op
+        assert driver.backward_ops == own.backward_ops or not own.backward_ops, op
+    builders = [p.relative_to(ROOT) for p in (ROOT / "python_native").rglob("*.py") if "Driver(" in p.read_text()]
+    assert builders == []

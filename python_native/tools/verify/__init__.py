@@ -8,9 +8,9 @@ truth). The override passes when it is as close to aten as the dtype's default t
 further from the truth than aten is (see ``mismatch``). An override that raises on an input its
 cond accepted is a failure too: conds must decline what impls cannot do.
 
-Rooms: ``samples`` (catalogue cases, OpInfo samples), ``rows`` and ``reductions`` (the drivers of
-the aten ops both backends override), ``drivers`` (those and the drivers the ops' declarations
-carry, ``Op.verify``), ``compare`` (the pass rule), ``run`` (running and the report).
+Rooms: ``samples`` (catalogue cases, OpInfo samples), ``drivers`` (the drivers the ops'
+declarations carry, ``Op.verify``: verify keeps no table of its own), ``compare`` (the pass rule),
+``run`` (running and the report).
 """
 
 from python_native.tools.verify.compare import TOLERANCES, max_error, mismatch

@@ -1,56 +1,21 @@
 """Samples: one call of the public torch function that reaches an op, on given inputs.
 
-``samples_for`` interleaves an op's own catalogue of awkward inputs with torch's OpInfo samples.
-``torch.testing._internal.common_methods_invocations`` is slow to import, so it is imported only
-when OpInfo samples are first asked for. ``Sample`` and ``Driver`` are declared with the ops
+``samples_for`` interleaves an op's own catalogue of awkward inputs (its ``Driver.cases``) with
+torch's OpInfo samples. ``torch.testing._internal.common_methods_invocations`` is slow to import,
+so it is imported only when OpInfo samples are first asked for. ``Sample`` and ``Driver`` are declared with the ops
 (``python_native_dsls.proving``: an op's ``Op.verify``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
-from python_native_dsls.proving import Driver, Sample, rand
+from python_native_dsls.proving import Driver, Sample
 
-__all__ = ["Driver", "Sample", "affine", "finite", "opinfo_problem", "rand", "row_cases", "samples_for"]
-
-
-def _rows(dtype: torch.dtype, device: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """The awkward 2-D inputs every row-wise op is checked on (the reduced dim is the last)."""
-    yield "odd width", rand(3, 37, dtype=dtype, device=device)
-    yield "transposed", rand(33, 4, dtype=dtype, device=device).t()
-    yield "strided rows", rand(4, 64, dtype=dtype, device=device)[:, ::2]
-    yield "empty", rand(0, 16, dtype=dtype, device=device)
-    inf = rand(3, 20, dtype=dtype, device=device)
-    inf[0, :5] = float("-inf")
-    inf[1, 7] = float("-inf")
-    yield "-inf entries", inf
-    yield "1e4 scale", rand(2, 24, dtype=dtype, device=device, scale=1e4)
-
-
-def row_cases(make_fn: Callable[[torch.Tensor], tuple[Callable, list[torch.Tensor]]]):
-    def cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
-        for name, x in _rows(dtype, device):
-            fn, inputs = make_fn(x)
-            yield Sample(name, fn, inputs)
-    return cases
-
-
-def affine(x: torch.Tensor) -> list[torch.Tensor]:
-    width = x.shape[-1]
-    return [x, rand(width, dtype=x.dtype, device=x.device.type), rand(width, dtype=x.dtype, device=x.device.type)]
-
-
-def finite(make_fn):
-    """Row cases without -inf inputs, for ops whose math is undefined there (norms of -inf rows)."""
-    inner = row_cases(make_fn)
-
-    def cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
-        return (s for s in inner(dtype, device) if s.source != "-inf entries")
-    return cases
+__all__ = ["Driver", "Sample", "opinfo_problem", "samples_for"]
 
 
 def opinfo_problem() -> str | None:
