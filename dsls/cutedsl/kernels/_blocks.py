@@ -14,29 +14,35 @@ WARP = 32
 
 
 @cute.jit
-def block_sum(val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constexpr) -> cutlass.Float32:
-    val = cute.arch.warp_reduction_sum(val)
+def _block_reduce(
+    val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constexpr, use_max: cutlass.Constexpr,
+) -> cutlass.Float32:
+    """The CTA-wide sum (or max) of one value per thread; every thread gets it."""
+    if cutlass.const_expr(use_max):
+        val = cute.arch.warp_reduction_max(val)
+    else:
+        val = cute.arch.warp_reduction_sum(val)
     if cute.arch.lane_idx() == 0:
         slots[cute.arch.warp_idx()] = val
     cute.arch.sync_threads()
-    total = slots[0]
+    out = slots[0]
     for i in cutlass.range_constexpr(1, threads // WARP):
-        total = total + slots[i]
+        if cutlass.const_expr(use_max):
+            out = cute.arch.fmax(out, slots[i])
+        else:
+            out = out + slots[i]
     cute.arch.sync_threads()  # the slots are reused by the next reduction
-    return total
+    return out
+
+
+@cute.jit
+def block_sum(val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constexpr) -> cutlass.Float32:
+    return _block_reduce(val, slots, threads, False)
 
 
 @cute.jit
 def block_max(val: cutlass.Float32, slots: cute.Tensor, threads: cutlass.Constexpr) -> cutlass.Float32:
-    val = cute.arch.warp_reduction_max(val)
-    if cute.arch.lane_idx() == 0:
-        slots[cute.arch.warp_idx()] = val
-    cute.arch.sync_threads()
-    best = slots[0]
-    for i in cutlass.range_constexpr(1, threads // WARP):
-        best = cute.arch.fmax(best, slots[i])
-    cute.arch.sync_threads()
-    return best
+    return _block_reduce(val, slots, threads, True)
 
 
 def warp_slots(threads: int) -> cute.Tensor:
