@@ -26,7 +26,7 @@ is the most the step holds at once beyond what existed before it
 (``python_native.tools.bench.memory``); time is the median of ``--repeat`` steps after a warm-up.
 Ratios are against *eager*, measured in the same run; *moe ops by* names the DSL that served the
 package's MoE ops in the variant's first step (from its trace). MoE layers are GEMM-bound: *TFLOP/s* is
-the experts' GEMM FLOPs of a forward and backward (``model_rows.moe_flops``) over the step's time.
+the experts' GEMM FLOPs of a forward and backward (``bench.rows.moe_flops``) over the step's time.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 import python_native as pn  # noqa: E402
 from python_native.tools.bench.memory import peak_bytes  # noqa: E402
-from python_native.tools.bench.model_rows import moe_flops  # noqa: E402
+from python_native.tools.bench.rows import moe_flops  # noqa: E402
 from python_native.tools.bench.timing import median_ms  # noqa: E402
 
 SHAPES = {  # name -> (config type, config arguments)

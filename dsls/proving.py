@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["BenchRow", "Driver", "Sample", "elementwise_bytes", "leaf", "rand", "x_input"]
+__all__ = ["BOTH", "FORWARD", "BenchRow", "Driver", "LlmCase", "Sample", "Tensors", "elementwise_bytes", "leaf", "rand",
+           "x_input"]
 
 
 @dataclass
@@ -53,6 +54,18 @@ class Driver:
 
 Tensors = dict[str, Any]  # a row's inputs by name, with ``leaves`` (gradients reset) and ``dy`` (or None)
 
+FORWARD = ("fwd",)
+BOTH = ("fwd", "fwd+bwd")
+
+
+class LlmCase(NamedTuple):
+    """One row of a full run at a shape of LLM training or inference, in its own mode and dtype
+    (measured where that dtype is among those asked for)."""
+
+    mode: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.bfloat16
+
 
 @dataclass(frozen=True)
 class BenchRow:
@@ -63,6 +76,10 @@ class BenchRow:
     ``grad``); ``call`` runs the op on them; ``formula`` is the plain-torch code the op replaces,
     which Inductor compiles for its column (None: no such column); ``bytes(shape, mode, itemsize)``
     is the least any kernel must move (``mode``: ``"fwd"`` or ``"fwd+bwd"``).
+
+    ``quick`` and ``full`` shapes are measured in every dtype asked for and in each of ``modes``
+    (``FORWARD`` for ops whose backward is aten's own formula, or that have none); ``llm`` adds
+    rows of a full run, each with its own mode and dtype.
     """
 
     name: str
@@ -72,6 +89,8 @@ class BenchRow:
     call: Callable[[Tensors], Any]
     bytes: Callable[[tuple[int, ...], str, int], int]
     formula: Callable[[Tensors], Any] | None = None
+    modes: tuple[str, ...] = BOTH
+    llm: tuple[LlmCase, ...] = ()
 
 
 def leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:

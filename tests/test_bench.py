@@ -142,13 +142,13 @@ def test_table_filename():
 def test_indexing_rows_fire_and_count_their_bytes(capsys):
     assert main(["bench", "--quick", "--json", "--dtypes", "bfloat16", "--ops", "topk,scatter_add,index_add"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["op"], r["shape"]) for r in rows] == [
-        ("topk", [4, 64, 4]), ("topk", [7, 100, 20]), ("scatter_add", [64, 32, 16]), ("index_add", [64, 32, 16]),
+    assert [(r["op"], r["shape"]) for r in rows] == [  # in the order the families declare them
+        ("scatter_add", [64, 32, 16]), ("index_add", [64, 32, 16]), ("topk", [4, 64, 4]), ("topk", [7, 100, 20]),
     ]
     # Where a GPU has not timed them yet, they are installed at CUDA only to be measured.
     assert all(r["fired"] is (not ON_GPU or env.unmeasured_allowed()) for r in rows)
-    assert rows[0]["bytes"] == 4 * (64 * 2 + 4 * (2 + 8))  # read x, write k values and int64 indices per row
-    assert rows[2]["bytes"] == 64 * (32 * 2 + 8) + 2 * 16 * 32 * 2  # source and an index per token, self copied
+    assert rows[2]["bytes"] == 4 * (64 * 2 + 4 * (2 + 8))  # read x, write k values and int64 indices per row
+    assert rows[0]["bytes"] == 64 * (32 * 2 + 8) + 2 * 16 * 32 * 2  # source and an index per token, self copied
     full = bench.cases([torch.bfloat16], quick=False, ops=["topk", "scatter_add", "index_add"])
     assert {c.shape for c in full} >= {(1, 128256, 50), (1, 128256, 256), (64, 128256, 50), (4096, 4096, 8),
                                        (16384, 4096, 2048)}
@@ -167,12 +167,12 @@ def test_calibrate_covers_the_indexing_ops(tmp_path, capsys):
 def test_group_norm_and_dropout_rows(capsys):
     assert main(["bench", "--quick", "--json", "--dtypes", "float32", "--ops", "group_norm_cl,dropout"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["op"], r["mode"], r["shape"]) for r in rows] == [
-        ("group_norm_cl", "fwd", [2, 8, 4, 4]), ("group_norm_cl", "fwd+bwd", [2, 8, 4, 4]),
+    assert [(r["op"], r["mode"], r["shape"]) for r in rows] == [  # in the order the families declare them
         ("dropout", "fwd", [4, 64]), ("dropout", "fwd+bwd", [4, 64]),
+        ("group_norm_cl", "fwd", [2, 8, 4, 4]), ("group_norm_cl", "fwd+bwd", [2, 8, 4, 4]),
     ]
     assert all(r["fired"] for r in rows)
-    assert rows[2]["bytes"] == 4 * 64 * (2 * 4 + 1)  # x read, y written, a one-byte mask written
+    assert rows[0]["bytes"] == 4 * 64 * (2 * 4 + 1)  # x read, y written, a one-byte mask written
 
 
 def test_diffusion_and_llm_rows_lead_the_full_grid():
@@ -182,8 +182,9 @@ def test_diffusion_and_llm_rows_lead_the_full_grid():
         for mode in ("fwd", "fwd+bwd"):
             assert {(op, mode, (8, 512, 64, 64), dt) for dt in (torch.bfloat16, torch.float32)} <= named
     assert ("dropout", "fwd+bwd", (8192, 4096), torch.bfloat16) in named
-    assert bench.rows.groups_of(512) == 32 and bench.rows.groups_of(8) == 8
     x = bench.make_inputs(bench.Case("group_norm_cl", "fwd+bwd", (2, 8, 4, 4), torch.float32), "cpu")
+    assert x.named["groups"] == 8  # 32 groups, or as many as divide C
+    assert bench.make_inputs(bench.Case("group_norm", "fwd", (1, 512, 2, 2), torch.float32), "cpu").named["groups"] == 32
     assert x.x.is_contiguous(memory_format=torch.channels_last) and x.dy.stride() == x.x.stride()
 
 

@@ -14,7 +14,6 @@ import python_native as pn  # noqa: F401  (first: registers the backends)
 import python_native_dsls.triton as backend
 from python_native.__main__ import main
 from python_native.tools import bench
-from python_native.tools.bench import model_rows
 
 pytestmark = pytest.mark.skipif(not backend.runtime_available(), reason="triton backend unavailable")
 QWEN3_MOE = (8192, 2048, 768, 128, 8)  # Qwen3-30B-A3B's layer: tokens, hidden, intermediate, experts, top k
@@ -24,7 +23,7 @@ def test_the_rows_reach_both_ops_forward_and_backward():
     """One row's call, as the command times it, served by the Triton kernels both ways."""
     for op, symbols in (("moe_route", {"moe_route", "moe_route_backward"}),
                         ("moe_experts", {"moe_experts", "moe_experts_backward"})):
-        case = bench.Case(op, "fwd+bwd", model_rows.SHAPES[op][0][0], torch.float32)
+        case = bench.Case(op, "fwd+bwd", bench.rows.DECLARED[op].quick[0], torch.float32)
         inputs = bench.make_inputs(case, backend.device_type())
         with pn.trace() as t:
             bench.rows.backward(bench.rows.torch_function(op)(inputs), inputs.dy)
@@ -44,8 +43,8 @@ def test_full_rows_hold_a_small_layer_and_qwen3_moe_in_bfloat16():
     tokens, hidden, inner, experts, k = QWEN3_MOE
     weights, acts = 3 * experts * inner * hidden * 2, tokens * (2 * hidden * 2 + k * (2 + 8))
     assert bench.bytes_moved(bench.Case("moe_experts", "fwd", QWEN3_MOE, torch.bfloat16)) == weights + acts
-    assert model_rows.moe_flops("moe_experts", QWEN3_MOE, "fwd") == 2 * tokens * k * 3 * inner * hidden
-    assert model_rows.moe_flops("moe_experts", QWEN3_MOE, "fwd+bwd") == 3 * model_rows.moe_flops(
+    assert bench.rows.moe_flops("moe_experts", QWEN3_MOE, "fwd") == 2 * tokens * k * 3 * inner * hidden
+    assert bench.rows.moe_flops("moe_experts", QWEN3_MOE, "fwd+bwd") == 3 * bench.rows.moe_flops(
         "moe_experts", QWEN3_MOE, "fwd")
 
 

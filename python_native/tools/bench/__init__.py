@@ -11,11 +11,11 @@ bandwidth the override reaches, from the bytes the op must move (its shapes and 
 Without a GPU, ``quick`` runs tiny shapes through Triton's interpreter: that proves the path end to
 end, its timings say nothing about speed.
 
-Its modules: ``timing`` (timers, copy bandwidth), ``rows`` (ops, shapes, inputs, torch calls,
-bytes moved), ``peers`` (Inductor, Liger-Kernel, QuACK), ``measure`` (one row, a run, its environment,
-the command's choices), ``output`` (table, geometric mean, plot, JSON), ``calibrating`` (calibration
-tables), ``model_rows`` (rows of the ops model patching routes to), ``memory`` (peak memory of one
-call), ``progress`` (a long run's progress) and ``replay_proof`` (``bench --prove-replay``).
+Its modules: ``timing`` (timers, copy bandwidth), ``rows`` (the rows the op declarations carry:
+shapes, inputs, torch calls, bytes moved), ``peers`` (Inductor, Liger-Kernel, QuACK), ``measure``
+(one row, a run, its environment, the command's choices), ``output`` (table, geometric mean, plot,
+JSON), ``calibrating`` (calibration tables), ``memory`` (peak memory of one call), ``progress`` (a
+long run's progress) and ``replay_proof`` (``bench --prove-replay``).
 """
 
 from python_native.tools.bench.calibrating import (
@@ -38,7 +38,6 @@ from python_native.tools.bench.measure import (
 from python_native.tools.bench.output import HEADER, MISSING, format_row, geometric_mean_line, json_document, plot
 from python_native.tools.bench.peers import competitors
 from python_native.tools.bench.rows import (
-    IO_FACTOR,
     OPS,
     Case,
     Inputs,
@@ -52,7 +51,7 @@ from python_native.tools.bench.rows import (
 from python_native.tools.bench.timing import Fn, Timer, copy_bandwidth, cpu_timer, gpu_throughput_timer, gpu_timer
 
 __all__ = [
-    "HEADER", "IO_FACTOR", "MISSING", "OPS", "CalibArgs", "Case", "Fn", "Inputs", "Row", "Timer", "bytes_moved",
+    "HEADER", "MISSING", "OPS", "CalibArgs", "Case", "Fn", "Inputs", "Row", "Timer", "bytes_moved",
     "calibrate", "calibrated_dsls", "calibration_shapes", "calibration_steps", "cases", "competitors", "copy_bandwidth", "cpu_timer", "device_properties",
     "environment", "format_row", "geometric_mean_line", "gpu_throughput_timer", "gpu_timer", "json_document",
     "make_inputs", "measure_case", "parse_dtypes", "parse_ops", "pick_device", "plot", "run_rows", "runner", "symbols_of",

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from python_native.tools.bench.rows import Inputs, formula, groups_of, torch_function
+from python_native.tools.bench.rows import Inputs, formula, torch_function
 
 
 def _liger(op: str) -> Callable[[Inputs], torch.Tensor] | None:
@@ -33,7 +33,7 @@ def _liger(op: str) -> Callable[[Inputs], torch.Tensor] | None:
         if op in ("group_norm", "group_norm_cl"):
             from liger_kernel.ops.group_norm import LigerGroupNormFunction
 
-            return lambda i: LigerGroupNormFunction.apply(i.x, i.w, i.b, i.x.shape[1], groups_of(i.x.shape[1]), 1e-5)
+            return lambda i: LigerGroupNormFunction.apply(i.x, i.w, i.b, i.x.shape[1], i.named["groups"], 1e-5)
     except ImportError:
         return None
     return None
