@@ -64,6 +64,19 @@ def _gn_bwd_sums_kernel(
 
 
 @triton.jit
+def _split_sums(PART, sample, c, ok, n_channels, nc, splits, BLOCK_C: tl.constexpr):
+    """Channels ``c`` of ``sample``: their ``sum(dy * (x - mean))`` and ``sum(dy)``, added over the sums
+    kernel's splits of the spatial axis (``PART``: the first half per split, then the second)."""
+    dyx = tl.zeros([BLOCK_C], dtype=tl.float32)
+    dy = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for s in range(splits):
+        idx = s * nc + sample * n_channels + c
+        dyx += tl.load(PART + idx, mask=ok, other=0.0)
+        dy += tl.load(PART + splits * nc + idx, mask=ok, other=0.0)
+    return dyx, dy
+
+
+@triton.jit
 def _gn_bwd_coeffs_kernel(
     PART, W, RSTD, COEF, n_groups, group_channels, n_channels, nc, splits, group_size,
     HAS_W: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -78,12 +91,7 @@ def _gn_bwd_coeffs_kernel(
         ci = c0 + tl.arange(0, BLOCK_C)
         ok = ci < group_channels
         c = group * group_channels + ci
-        ds = tl.zeros([BLOCK_C], dtype=tl.float32)
-        db = tl.zeros([BLOCK_C], dtype=tl.float32)
-        for s in range(splits):
-            idx = s * nc + sample * n_channels + c
-            ds += tl.load(PART + idx, mask=ok, other=0.0)
-            db += tl.load(PART + splits * nc + idx, mask=ok, other=0.0)
+        ds, db = _split_sums(PART, sample, c, ok, n_channels, nc, splits, BLOCK_C)
         if HAS_W:
             w = tl.load(W + c, mask=ok, other=0.0).to(tl.float32)
             ds = ds * w
@@ -109,12 +117,7 @@ def _gn_bwd_params_kernel(
     dw = tl.zeros([BLOCK_C], dtype=tl.float32)
     db = tl.zeros([BLOCK_C], dtype=tl.float32)
     for sample in range(n_samples):
-        ds = tl.zeros([BLOCK_C], dtype=tl.float32)
-        dbs = tl.zeros([BLOCK_C], dtype=tl.float32)
-        for s in range(splits):
-            idx = s * nc + sample * n_channels + c
-            ds += tl.load(PART + idx, mask=ok, other=0.0)
-            dbs += tl.load(PART + splits * nc + idx, mask=ok, other=0.0)
+        ds, dbs = _split_sums(PART, sample, c, ok, n_channels, nc, splits, BLOCK_C)
         if NEED_DW:
             dw += ds * tl.load(RSTD + sample * n_groups + group, mask=ok, other=0.0).to(tl.float32)
         db += dbs
