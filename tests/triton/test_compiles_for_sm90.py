@@ -1,4 +1,5 @@
-"""The group norm and dropout kernels compile for sm_90a, also on machines without a GPU.
+"""The group norm, dropout, norm backward and long-row softmax kernels compile for sm_90a, also on
+machines without a GPU.
 
 The interpreter runs the kernels' Python, not Triton's compiler: a kernel can pass every
 interpreted test and still fail to compile for a GPU. Triton compiles to a cubin without a device
@@ -8,15 +9,10 @@ own with the interpreter off.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from triton_testing import compile_in_fresh_process
 
 SCRIPT = textwrap.dedent('''
     import inspect
@@ -24,6 +20,7 @@ SCRIPT = textwrap.dedent('''
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from python_native_dsls.triton.kernels import dropout, group_norm as gn, group_norm_backward as gb
+    from python_native_dsls.triton.kernels import norm_backward as nb, softmax_long as sl
 
     def build(kernel, pointers, floats, constexprs, warps):
         params = list(inspect.signature(kernel.fn).parameters)
@@ -52,15 +49,25 @@ SCRIPT = textwrap.dedent('''
         build(dropout._dropout_kernel, dict(X=t, Y=t, MASK="*i1", SEED="*i64"), {"scale"}, dict(BLOCK=4096), 4)
         build(dropout._bernoulli_kernel, dict(OUT=t, SEED="*i64"), set(), dict(BLOCK=4096), 4)
         build(dropout._masked_scale_kernel, dict(DY=t, MASK="*i1", DX=t), {"scale"}, dict(BLOCK=4096), 4)
+        nbp = dict(DY=t, X=t, W=t, MEAN=f, RSTD=f, DX=t, PART=f, C1=f, C2=f)
+        for rms in (False, True):
+            flags = dict(IS_RMS=rms, HAS_W=True, NEED_DX=True, NEED_DW=True, NEED_DB=not rms, CAST_X=rms)
+            build(nb._norm_bwd_rows_kernel, nbp, {"eps", "w_offset"}, dict(flags, RSTD_FROM_X=rms, BLOCK_M=4, BLOCK_N=1024), 4)
+            build(nb._norm_bwd_row_sums_kernel, nbp, {"eps", "w_offset"},
+                  dict(IS_RMS=rms, HAS_W=True, CAST_X=rms, RSTD_FROM_X=rms, BLOCK_M=4, BLOCK_N=512), 4)
+            build(nb._norm_bwd_cols_kernel, nbp, {"w_offset"}, dict(flags, BLOCK_M=8, BLOCK_N=256), 4)
+        slp = dict(X=t, Y=t, DY=t, DX=t, PMAX=f, PSUM=f, PDOT=f)
+        build(sl._softmax_slice_stats_kernel, slp, set(), dict(BLOCK_N=2048), 8)
+        for log in (False, True):
+            build(sl._softmax_fwd_looped_kernel, slp, set(), dict(LOG=log, BLOCK_N=4096), 16)
+            build(sl._softmax_bwd_looped_kernel, slp, set(), dict(LOG=log, BLOCK_N=4096), 16)
+            build(sl._softmax_slice_write_kernel, slp, set(), dict(LOG=log, BLOCK_S=64, BLOCK_N=2048), 8)
+            build(sl._softmax_slice_dot_kernel, slp, set(), dict(LOG=log, BLOCK_N=2048), 8)
+            build(sl._softmax_slice_grad_kernel, slp, set(), dict(LOG=log, BLOCK_S=64, BLOCK_N=2048), 8)
     print("compiled")
 ''')
 
 
 @pytest.mark.slow  # compiles every variant for sm_90a: CI's second step runs it
 def test_kernels_compile_for_sm90():
-    pytest.importorskip("triton.backends.nvidia")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON_NATIVE_TRITON_INTERPRET", "TRITON_INTERPRET")}
-    env.update(TORCH_DEVICE_BACKEND_AUTOLOAD="0", TRITON_DEFAULT_FP_FUSION="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stdout + proc.stderr
+    assert "compiled" in compile_in_fresh_process(SCRIPT, TORCH_DEVICE_BACKEND_AUTOLOAD="0")

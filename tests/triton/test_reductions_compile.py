@@ -3,15 +3,10 @@ the code paths the interpreter runs as Python (constexpr branches, dtype constex
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from triton_testing import compile_in_fresh_process
 
 SCRIPT = textwrap.dedent("""
     import torch, triton, triton.language as tl
@@ -44,10 +39,4 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow  # compiles every variant for sm_90a: CI's second step runs it
 def test_reduction_kernels_compile_for_sm90():
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHON_NATIVE_TRITON_INTERPRET")}
-    env.update(PYTHON_NATIVE_DISABLE="1", TRITON_DEFAULT_FP_FUSION="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.strip().splitlines()[-1] == "compiled 6"
+    assert compile_in_fresh_process(SCRIPT, PYTHON_NATIVE_DISABLE="1").strip().splitlines()[-1] == "compiled 6"

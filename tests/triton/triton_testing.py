@@ -4,8 +4,12 @@ overrides, and reading the trace."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +203,19 @@ def lower_register_max(monkeypatch: pytest.MonkeyPatch, value: int) -> list[str]
     for name, launcher in (("rows", norm_backward._ROWS), ("columns", norm_backward._COLS)):
         monkeypatch.setattr(launcher, "planned", lambda *a, _real=launcher.planned, _name=name: paths.append(_name) or _real(*a))
     return paths
+
+
+def compile_in_fresh_process(script: str, **env: str) -> str:
+    """Run ``script`` in a process of its own with the interpreter off and return what it printed.
+
+    The interpreter runs a kernel's Python, not Triton's compiler: a kernel can pass every
+    interpreted test and still fail to compile for a GPU. Triton compiles to a cubin without a
+    device (it ships ptxas), so a compile check runs wherever Triton's NVIDIA backend is installed."""
+    pytest.importorskip("triton.backends.nvidia")
+    root = Path(__file__).resolve().parents[2]
+    clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTHON_NATIVE_TRITON_INTERPRET")}
+    clean.update(TRITON_DEFAULT_FP_FUSION="1", PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+                 **env)
+    proc = subprocess.run([sys.executable, "-c", script], env=clean, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
