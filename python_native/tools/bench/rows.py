@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -76,7 +77,8 @@ class Row:
 def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None = None) -> list[Case]:
     """The rows to measure, each once: in a full run, the rows at LLM shapes first (``BenchRow.llm``)
     whose dtype is among ``dtypes``; then per dtype each row's quick or full shapes in its modes."""
-    rows = [row for name, row in DECLARED.items() if name in set(ops or OPS)]
+    wanted = set(ops or OPS)
+    rows = [row for name, row in DECLARED.items() if name in wanted]
     found: dict[Case, None] = {}
     if not quick:
         found.update((Case(row.name, c.mode, c.shape, c.dtype), None) for row in rows for c in row.llm
@@ -87,6 +89,11 @@ def cases(dtypes: Sequence[torch.dtype], quick: bool, ops: Sequence[str] | None 
     return list(found)
 
 
+def _named(name: str, default: Any = None) -> property:
+    """A field of ``Inputs``: the row's value of that name, ``default`` where the row has none."""
+    return property(lambda self: self.named.get(name, default))
+
+
 @dataclass
 class Inputs:
     """Tensors of one case by name, as its row makes them (``BenchRow.inputs``): ``dy`` for the
@@ -94,22 +101,19 @@ class Inputs:
     aten rows use (``x``, weight ``w``, bias ``b``, second operand ``c``, ``index``, topk's ``k``)."""
 
     named: dict = field(default_factory=dict)
-
-    def _get(self, name: str, default: object = None) -> object:
-        return self.named.get(name, default)
+    w = _named("w")
+    b = _named("b")
+    c = _named("c")
+    index = _named("index")
+    k = _named("k", 0)
+    dy = _named("dy")
+    leaves = _named("leaves", [])
 
     @property
     def x(self) -> torch.Tensor:
         """The row's input ``x``, or its first tensor (a custom op's row names its own)."""
-        return self.named.get("x", next(v for v in self.named.values() if isinstance(v, torch.Tensor)))
-
-    w = property(lambda self: self._get("w"))
-    b = property(lambda self: self._get("b"))
-    c = property(lambda self: self._get("c"))
-    index = property(lambda self: self._get("index"))
-    k = property(lambda self: self._get("k", 0))
-    dy = property(lambda self: self._get("dy"))
-    leaves = property(lambda self: self._get("leaves", []))
+        found = self.named.get("x")
+        return found if found is not None else next(v for v in self.named.values() if isinstance(v, torch.Tensor))
 
 
 def backward(out: torch.Tensor | tuple[torch.Tensor, ...], dy: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
@@ -128,8 +132,6 @@ def make_inputs(case: Case, device: str) -> Inputs:
 def _reached() -> list[tuple[str, str]]:
     """``(row, op symbol)`` for every benchmark row an op of a built-in family names (``Op.bench``),
     in family order."""
-    from python_native_dsls.catalogue import built_ops
-
     return [(row, b.spec.op) for b in built_ops() for row in b.op.bench]
 
 
