@@ -10,12 +10,14 @@ from triton_testing import (  # noqa: F401
     DTYPES,
     assert_matches,
     assert_routed,
+    aten,
     compare,
     deterministic,
     make,
     requires_triton,
     run,
     seeded,
+    traced,
 )
 
 import python_native as pn
@@ -24,17 +26,6 @@ from python_native_dsls.triton.ops import all_overrides
 pytestmark = requires_triton
 
 OPS = ("scatter_add", "scatter_add_", "scatter_add.out", "index_add", "index_add_", "index_add.out")
-
-
-def traced(fn):
-    with pn.trace() as t:
-        out = fn()
-    return out, [e.op for e in t.events if e.dsl == "triton" and e.outcome == "override"]
-
-
-def aten(fn):
-    with pn.triton.disabled():
-        return fn()
 
 
 def index(high: int, *shape: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_testing import DEVICE, DTYPES, compare, make, requires_triton, run, seeded, unmeasured_installed  # noqa: F401
+from triton_testing import (  # noqa: F401
+    DEVICE,
+    DTYPES,
+    aten,
+    compare,
+    make,
+    requires_triton,
+    run,
+    seeded,
+    traced,
+    unmeasured_installed,
+)
 
 import python_native as pn
 from python_native_dsls.triton.ops import topk as topk_ops
@@ -14,17 +25,6 @@ from python_native_dsls.triton.plans import select
 pytestmark = [requires_triton, pytest.mark.override, pytest.mark.usefixtures("unmeasured_installed")]  # topk is unmeasured
 
 NAN, INF = float("nan"), float("inf")
-
-
-def traced(fn):
-    with pn.trace() as t:
-        out = fn()
-    return out, [e.op for e in t.events if e.dsl == "triton" and e.outcome == "override"]
-
-
-def aten(fn):
-    with pn.triton.disabled():
-        return fn()
 
 
 def assert_topk_contract(x, k, dim, largest, values, indices):

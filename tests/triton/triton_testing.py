@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -203,6 +204,19 @@ def lower_register_max(monkeypatch: pytest.MonkeyPatch, value: int) -> list[str]
     for name, launcher in (("rows", norm_backward._ROWS), ("columns", norm_backward._COLS)):
         monkeypatch.setattr(launcher, "planned", lambda *a, _real=launcher.planned, _name=name: paths.append(_name) or _real(*a))
     return paths
+
+
+def traced(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """``fn()``'s result, and the ops a Triton override ran for it (read from the trace)."""
+    with pn.trace() as t:
+        out = fn()
+    return out, [e.op for e in t.events if e.dsl == "triton" and e.outcome == "override"]
+
+
+def aten(fn: Callable[[], Any]) -> Any:
+    """``fn()`` with the Triton overrides off: aten's answer to compare against."""
+    with pn.triton.disabled():
+        return fn()
 
 
 def compile_in_fresh_process(script: str, **env: str) -> str:
