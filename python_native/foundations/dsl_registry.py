@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from packaging.version import Version
 
 log = logging.getLogger("python_native")
+_T = TypeVar("_T")
 
 ENTRY_POINT_GROUP = "python_native.dsls"
 
@@ -108,15 +110,21 @@ def runtime_failure(name: str) -> str | None:
     return _runtime_failures.get(name)
 
 
+def _asked(name: str, check: str, call: Callable[[], _T], otherwise: _T) -> _T:
+    """``call()``, a question put to DSL ``name``'s module; ``otherwise`` where it raises (logged):
+    a broken DSL module must not break whoever asked."""
+    try:
+        return call()
+    except Exception:
+        log.exception("python_native: %s of DSL %r raised", check, name)
+        return otherwise
+
+
 def available(name: str) -> bool:
     module = get(name)
     if module is None or name in _runtime_failures:
         return False
-    try:
-        return bool(module.runtime_available())
-    except Exception:
-        log.exception("python_native: %s.runtime_available() raised", name)
-        return False
+    return _asked(name, "runtime_available()", lambda: bool(module.runtime_available()), False)
 
 
 def routable(name: str) -> bool:
@@ -124,22 +132,16 @@ def routable(name: str) -> bool:
     (cheaper, no device probe), else its availability; a check that raises counts as no."""
     module = get(name)
     check = getattr(module, "can_register", None)
-    try:
-        return bool(check()) if callable(check) else available(name)
-    except Exception:
-        log.exception("python_native: availability check of DSL %r raised", name)
-        return False
+    if not callable(check):
+        return available(name)
+    return _asked(name, "can_register()", lambda: bool(check()), False)
 
 
 def version(name: str) -> Version | None:
     module = get(name)
     if module is None:
         return None
-    try:
-        return module.runtime_version()
-    except Exception:
-        log.exception("python_native: %s.runtime_version() raised", name)
-        return None
+    return _asked(name, "runtime_version()", module.runtime_version, None)
 
 
 def unavailable_reason(name: str) -> str | None:
