@@ -12,6 +12,8 @@ import functools
 
 from packaging.version import Version
 
+from .. import announce as _announce
+
 # The target facts live below everything else in the backend; callers outside it ask the package.
 from .target import DISTRIBUTION, DSL_NAME, MINIMUM_CAPABILITY, dispatch_key, runtime_version  # noqa: F401
 
@@ -99,16 +101,5 @@ def skipped_overrides() -> dict[str, str]:
     return dict(SKIPPED)
 
 
-# Last, and the only module-level import of python_native: the module is complete, so the control
-# plane may register it now. When python_native is importing this module from another thread at
-# this very moment, the import machinery reports a deadlock here; python_native registers it then.
-try:
-    # The package first: while another thread imports it, this waits on its import lock (or, where that
-    # thread waits on this module, the import machinery reports the deadlock) before any of its rooms.
-    import python_native  # noqa: E402, F401
-    from python_native.panel import bootstrap as _bootstrap  # noqa: E402
-except RuntimeError as e:
-    if type(e).__name__ != "_DeadlockError":
-        raise
-else:
-    _bootstrap.backend_loaded(NAME, __import__("sys").modules[__name__])
+# Last: the module is complete, so the control plane may register it now.
+_announce(NAME, __name__)
