@@ -78,7 +78,7 @@ class Op:
     check: Callable[..., str | None] | None = None
     bench: tuple[str, ...] = ()
     replayable: bool = False  # the compiled front may replay its launches (``OverrideSpec.replayable``)
-    options: Mapping[str, Any] = field(default_factory=dict)  # further registration options: derive_variants
+    options: Mapping[str, Any] = field(default_factory=dict)  # further registration options: derive_forms
     nondeterministic: str | None = None
     deterministic_when: str | None = None
     scalars: Mapping[str, str] = field(default_factory=dict)

@@ -64,7 +64,7 @@ class OverrideSpec:
     ) -> OverrideSpec:
         """An override whose cond returns its launch plan (None to decline) and whose impl takes
         it as ``plan=``: the layout work of a call is done once, in the cond. ``options`` are
-        further registration options (``derive_variants``, ``priority``). Op families declare
+        further registration options (``derive_forms``, ``priority``). Op families declare
         their overrides through ``python_native_dsls.family``, which builds these."""
         return cls(op, cond, impl, {"impl_takes_plan": True, **options}, measured, lib,
                    public_name=public_name, backward=backward, explain=explain, replayable=replayable)

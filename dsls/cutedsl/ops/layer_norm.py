@@ -10,25 +10,14 @@ from collections.abc import Sequence
 
 import torch
 
-from python_native_dsls import norms
+from python_native_dsls import bench_cases, norms
 from python_native_dsls.family import Family, Op
+from python_native_dsls.verify_cases import LAYER_NORM
 
 from ..target import DSL_NAME
 from . import why
-from ._rows import (
-    DTYPE_NAMES,
-    KERNELS,
-    SIZE_CLASSES,
-    Rows,
-    as_rows,
-    backward_ctas,
-    launcher,
-    matrix,
-    placeholder,
-    stat_shape,
-    threads_of,
-    vector_flags,
-)
+from ._norms import norm_variants, param_grad, partial_sums
+from ._rows import KERNELS, Rows, as_rows, backward_ctas, launcher, matrix, placeholder, stat_shape, vector_flags
 
 Tensor = torch.Tensor
 
@@ -66,24 +55,17 @@ def layer_norm_backward_impl(
     run = launcher("norm_backward", input.dtype, input.dtype, rows.n_cols, input, *_flags(weight, bias))
     dx = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)
     n_ctas = backward_ctas(input, rows.n_rows)
-
-    def partials(p: Tensor | None) -> Tensor:
-        if p is None:
-            return placeholder(input, torch.float32, 2)
-        return torch.zeros((n_ctas, rows.n_cols), device=input.device, dtype=torch.float32)
-
-    dw_part, db_part = partials(weight), partials(bias)
+    dw_part, db_part = partial_sums(input, rows, n_ctas, weight), partial_sums(input, rows, n_ctas, bias)
     run(matrix(grad_out, grad_rows), matrix(input, rows), placeholder(input, input.dtype) if weight is None else weight,
         mean.view(rows.n_rows), rstd.view(rows.n_rows), dx, dw_part, db_part, n_ctas)
-    dw = dw_part.sum(0).view(weight.shape).to(weight.dtype) if output_mask[1] and weight is not None else None
-    db = db_part.sum(0).view(bias.shape).to(bias.dtype) if output_mask[2] and bias is not None else None
+    dw, db = param_grad(dw_part, weight, output_mask[1]), param_grad(db_part, bias, output_mask[2])
     return (dx.view(input.shape) if output_mask[0] else None), dw, db
 
 
 FAMILY = Family(DSL_NAME, "layer_norm", [
     Op("native_layer_norm", forward_plan_or_why, layer_norm_impl,
        ("input", "tuple(normalized_shape)", "weight", "bias", "input.get_device()"), public_name="layer_norm",
-       bench=("layer_norm",)),
+       bench_rows=(bench_cases.LAYER_NORM,), verify=LAYER_NORM),
     Op("native_layer_norm_backward", backward_plan_or_why, layer_norm_backward_impl,
        ("grad_out", "input", "tuple(normalized_shape)", "mean", "rstd", "weight", "bias", "tuple(output_mask)",
         "input.get_device()"), public_name="layer_norm", backward=True, bench=("layer_norm",)),
@@ -92,15 +74,4 @@ FAMILY = Family(DSL_NAME, "layer_norm", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, affine (weight and bias) and plain; the forward also vectorized."""
-    from ..specialization import Specialization
-
-    out = []
-    for dtype in DTYPE_NAMES.values():
-        for cls, _, _ in SIZE_CLASSES:
-            for flags in (("weight", "bias"), ()):
-                for vec in ((), ("vec",)):
-                    specialization = Specialization("norm_forward", dtype, dtype, threads_of(cls), frozenset(flags + vec))
-                    out.append(("native_layer_norm", cls, specialization))
-                specialization = Specialization("norm_backward", dtype, dtype, threads_of(cls), frozenset(flags))
-                out.append(("native_layer_norm_backward", cls, specialization))
-    return out
+    return norm_variants("native_layer_norm", "native_layer_norm_backward", (("weight", "bias"), ()))

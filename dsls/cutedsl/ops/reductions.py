@@ -17,7 +17,9 @@ from typing import NamedTuple
 
 import torch
 
+from python_native_dsls import bench_cases
 from python_native_dsls.family import Family, Op
+from python_native_dsls.verify_cases import REDUCTIONS
 
 from ..target import DSL_NAME
 from . import why
@@ -79,8 +81,8 @@ def _impl(op: str) -> Callable[..., Tensor]:
 def _op(op: str) -> Op:
     key = ("self", "dim if dim is None else tuple(dim)", "keepdim",
                             *(("dtype",) if op in _DTYPED else ()), "self.get_device()")
-    return Op(op, plan_or_why, _impl(op), key, measured=False, options={"derive_variants": ("out",)},
-              bench=(op.partition(".")[0],))
+    return Op(op, plan_or_why, _impl(op), key, measured=False, options={"derive_forms": ("out",)},
+              bench_rows=(bench_cases.REDUCTIONS[op.partition(".")[0]],), verify=REDUCTIONS[op])
 
 
 FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in KINDS], kernels=KERNELS)

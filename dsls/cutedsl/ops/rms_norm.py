@@ -9,26 +9,15 @@ from collections.abc import Sequence
 
 import torch
 
-from python_native_dsls import norms
+from python_native_dsls import bench_cases, norms
 from python_native_dsls.constants import DEFAULT_EPS
 from python_native_dsls.family import Family, Op
+from python_native_dsls.verify_cases import RMS_NORM
 
 from ..target import DSL_NAME
 from . import why
-from ._rows import (
-    DTYPE_NAMES,
-    KERNELS,
-    SIZE_CLASSES,
-    Rows,
-    as_rows,
-    backward_ctas,
-    launcher,
-    matrix,
-    placeholder,
-    stat_shape,
-    threads_of,
-    vector_flags,
-)
+from ._norms import norm_variants, param_grad, partial_sums
+from ._rows import KERNELS, Rows, as_rows, backward_ctas, launcher, matrix, placeholder, stat_shape, vector_flags
 
 Tensor = torch.Tensor
 
@@ -62,21 +51,17 @@ def rms_norm_backward_impl(
     run = launcher("norm_backward", input.dtype, input.dtype, rows.n_cols, input, *flags)
     dx = torch.empty((rows.n_rows, rows.n_cols), device=input.device, dtype=input.dtype)
     n_ctas = backward_ctas(input, rows.n_rows)
-    if weight is not None:
-        dw_part = torch.zeros((n_ctas, rows.n_cols), device=input.device, dtype=torch.float32)
-        w = weight
-    else:
-        dw_part, w = placeholder(input, torch.float32, 2), placeholder(input, input.dtype)
+    dw_part = partial_sums(input, rows, n_ctas, weight)
+    w = weight if weight is not None else placeholder(input, input.dtype)
     run(matrix(grad_out, grad_rows), matrix(input, rows), w, placeholder(input, torch.float32),
         rstd.view(rows.n_rows), dx, dw_part, placeholder(input, torch.float32, 2), n_ctas)
-    dw = dw_part.sum(0).view(weight.shape).to(weight.dtype) if output_mask[1] and weight is not None else None
-    return (dx.view(input.shape) if output_mask[0] else None), dw
+    return (dx.view(input.shape) if output_mask[0] else None), param_grad(dw_part, weight, output_mask[1])
 
 
 FAMILY = Family(DSL_NAME, "rms_norm", [
     Op("_fused_rms_norm", forward_plan_or_why, rms_norm_impl,
        ("input", "tuple(normalized_shape)", "weight", "input.get_device()"), public_name="rms_norm",
-       bench=("rms_norm",)),
+       bench_rows=(bench_cases.RMS_NORM,), verify=RMS_NORM),
     Op("_fused_rms_norm_backward", backward_plan_or_why, rms_norm_backward_impl,
        ("grad_out", "input", "tuple(normalized_shape)", "rstd", "weight", "tuple(output_mask)", "input.get_device()"),
        public_name="rms_norm", backward=True, bench=("rms_norm",)),
@@ -85,15 +70,4 @@ FAMILY = Family(DSL_NAME, "rms_norm", [
 
 def precompile_variants() -> list[tuple[str, str, object]]:
     """Every dtype and size class, with and without a weight; the forward also vectorized."""
-    from ..specialization import Specialization
-
-    out = []
-    for dtype in DTYPE_NAMES.values():
-        for cls, _, _ in SIZE_CLASSES:
-            for flags in (("rms", "weight"), ("rms",)):
-                for vec in ((), ("vec",)):
-                    specialization = Specialization("norm_forward", dtype, dtype, threads_of(cls), frozenset(flags + vec))
-                    out.append(("_fused_rms_norm", cls, specialization))
-                specialization = Specialization("norm_backward", dtype, dtype, threads_of(cls), frozenset(flags))
-                out.append(("_fused_rms_norm_backward", cls, specialization))
-    return out
+    return norm_variants("_fused_rms_norm", "_fused_rms_norm_backward", (("rms", "weight"), ("rms",)))

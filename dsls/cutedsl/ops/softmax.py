@@ -12,7 +12,9 @@ from collections.abc import Callable
 
 import torch
 
+from python_native_dsls import bench_cases
 from python_native_dsls.family import Family, Op
+from python_native_dsls.verify_cases import LOG_SOFTMAX, SOFTMAX
 
 from ..target import DSL_NAME
 from . import why
@@ -75,9 +77,9 @@ softmax_backward_impl, log_softmax_backward_impl = _backward_impl(False), _backw
 
 FAMILY = Family(DSL_NAME, "softmax", [
     Op("_softmax", forward_plan_or_why, softmax_impl, ("self", "dim", "half_to_float", "self.get_device()"),
-       public_name="softmax", bench=("softmax",)),
+       public_name="softmax", bench_rows=(bench_cases.SOFTMAX,), verify=SOFTMAX),
     Op("_log_softmax", forward_plan_or_why, log_softmax_impl, ("self", "dim", "half_to_float", "self.get_device()"),
-       public_name="log_softmax", bench=("log_softmax",)),
+       public_name="log_softmax", bench_rows=(bench_cases.LOG_SOFTMAX,), verify=LOG_SOFTMAX),
     Op("_softmax_backward_data", backward_plan_or_why, softmax_backward_impl,
        ("grad_output", "output", "dim", "input_dtype", "output.get_device()"), public_name="softmax", backward=True,
        bench=("softmax",)),

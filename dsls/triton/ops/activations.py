@@ -12,8 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
+from python_native_dsls.bench_cases import FULL_ROWS, IO_BYTES, QUICK_ROWS
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import FORWARD, BenchRow, Driver, x_input
+from python_native_dsls.verify_cases import finite
 
 from ..plans.elementwise import ElementwisePlan, RowsPlan, plan_elementwise, pointwise_plan
 from ..target import DSL_NAME
@@ -80,14 +84,28 @@ def gelu_backward_impl(grad_output: Tensor, self: Tensor, *, approximate: str, p
     return FAMILY.kernels().run_backward(grad_output, self, plan)
 
 
-def _op(op: str, plan_or_why: Callable, impl: Callable, key: tuple[str, ...], name: str, bench: tuple[str, ...]) -> Op:
-    return Op(op, plan_or_why, impl, key, public_name=name, backward=op.endswith("_backward"), bench=bench)
+# What verify checks the forwards on: the awkward rows of the row-wise ops, -inf rows left out.
+_SILU_CASES = Driver(finite(lambda x: (F.silu, [x])), ("nn.functional.silu",), ("silu_backward",))
+_GELU_CASES = Driver(finite(lambda x: (lambda t: F.gelu(t, approximate="tanh"), [x])), ("nn.functional.gelu",),
+                     ("gelu_backward",))
+# What bench times, on the row grid: silu forward and backward, gelu's two approximations forward.
+_SILU_ROW = BenchRow("silu", QUICK_ROWS, FULL_ROWS, x_input(), lambda t: F.silu(t["x"]), IO_BYTES)
+_GELU_ROWS = (BenchRow("gelu", QUICK_ROWS, FULL_ROWS, x_input(), lambda t: F.gelu(t["x"]), IO_BYTES, modes=FORWARD),
+              BenchRow("gelu_tanh", QUICK_ROWS, FULL_ROWS, x_input(), lambda t: F.gelu(t["x"], approximate="tanh"),
+                       IO_BYTES, modes=FORWARD))
+
+
+def _op(op: str, plan_or_why: Callable, impl: Callable, key: tuple[str, ...], name: str, bench: tuple[str, ...],
+        verify: Driver | None = None, rows: tuple[BenchRow, ...] = ()) -> Op:
+    return Op(op, plan_or_why, impl, key, public_name=name, backward=op.endswith("_backward"), bench=bench,
+              verify=verify, bench_rows=rows)
 
 
 FAMILY = Family(DSL_NAME, "activations", [
-    _op("silu", silu_plan_or_why, silu_impl, ("self",), "silu", ("silu",)),
+    _op("silu", silu_plan_or_why, silu_impl, ("self",), "silu", ("silu",), _SILU_CASES, (_SILU_ROW,)),
     _op("silu_backward", silu_backward_plan_or_why, silu_backward_impl, ("grad_output", "self"), "silu", ("silu",)),
-    _op("gelu", gelu_plan_or_why, gelu_impl, ("self", "approximate"), "gelu", ("gelu", "gelu_tanh")),
+    _op("gelu", gelu_plan_or_why, gelu_impl, ("self", "approximate"), "gelu", ("gelu", "gelu_tanh"), _GELU_CASES,
+        _GELU_ROWS),
     _op("gelu_backward", gelu_backward_plan_or_why, gelu_backward_impl, ("grad_output", "self", "approximate"),
         "gelu", ("gelu", "gelu_tanh")),
 ], kernels="activations")

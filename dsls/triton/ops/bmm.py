@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from python_native_dsls.family import Family, Op
+from python_native_dsls.proving import FORWARD, BenchRow, Driver, Sample, Tensors, rand
 
 from ..plans.layout import MAX_INDEX
 from ..plans.outer import OuterPlan, plan_outer
@@ -42,6 +45,37 @@ def bmm_impl(self: Tensor, mat2: Tensor, plan: OuterPlan | None = None) -> Tenso
     return FAMILY.kernels().run_outer(self, mat2, plan)
 
 
+def _cases(dtype: torch.dtype, device: str) -> Iterator[Sample]:
+    """What verify checks ``torch.bmm`` on: outer products, a K = 3 call the kernel declines, an empty
+    batch, transposed operands and products near 1e4."""
+    for name, (a_shape, b_shape) in {
+        "outer product": ((3, 5, 1), (3, 1, 7)),
+        "odd sizes": ((2, 17, 3), (2, 3, 9)),
+        "empty batch": ((0, 4, 1), (0, 1, 4)),
+    }.items():
+        yield Sample(name, torch.bmm, [rand(*a_shape, dtype=dtype, device=device), rand(*b_shape, dtype=dtype, device=device)])
+    a = rand(2, 1, 6, dtype=dtype, device=device).transpose(1, 2)
+    b = rand(2, 5, 1, dtype=dtype, device=device).transpose(1, 2)
+    yield Sample("transposed", torch.bmm, [a, b])
+    yield Sample("1e4 scale", torch.bmm, [rand(2, 4, 1, dtype=dtype, device=device, scale=100.0),
+                                          rand(2, 1, 4, dtype=dtype, device=device, scale=100.0)])
+
+
+def _outer_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool) -> Tensors:
+    """A batch of column vectors ``x`` (bsz x m x 1) and of row vectors ``c`` (bsz x 1 x n)."""
+    bsz, m, n = shape
+    return {"x": torch.randn(bsz, m, 1, device=device, dtype=dtype),
+            "c": torch.randn(bsz, 1, n, device=device, dtype=dtype), "leaves": [], "dy": None}
+
+
+# Outer products (bsz, m, n), forward: the result written, the vectors read.
+_OUTER_ROW = BenchRow("bmm_outer", ((2, 8, 16),), ((64, 1024, 1024), (256, 512, 512), (16, 4096, 4096)), _outer_inputs,
+                      lambda t: torch.bmm(t["x"], t["c"]),
+                      lambda shape, mode, itemsize: (shape[0] * (shape[1] * shape[2] + shape[1] + shape[2])) * itemsize,
+                      modes=FORWARD)
+
+
 FAMILY = Family(DSL_NAME, "bmm", [
-    Op("bmm", bmm_plan_or_why, bmm_impl, ("self", "mat2"), public_name="bmm", bench=("bmm_outer",), replayable=True),
+    Op("bmm", bmm_plan_or_why, bmm_impl, ("self", "mat2"), public_name="bmm", bench_rows=(_OUTER_ROW,), replayable=True,
+       verify=Driver(_cases, ("bmm",), ("bmm",))),
 ], kernels="bmm_outer")

@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from python_native.foundations.tolerances import TOLERANCES
+from python_native_dsls.bench_cases import IO_BYTES
 from python_native_dsls.family import Family, Op
-from python_native_dsls.proving import Driver, Sample, rand
+from python_native_dsls.proving import BOTH, BenchRow, Driver, LlmCase, Sample, rand, x_input
 
 from ..plans.elementwise import ElementwisePlan, plan_elementwise
 from ..plans.layout import backend_device, dense_like
@@ -258,14 +259,24 @@ def dropout_structure(sample: Sample, got: Any, ref: Any) -> list[str]:
     return problems
 
 
+# Bench drops with p = 0.1 in training mode; besides x and y it moves a one-byte mask, written by
+# the forward and read back by the backward.
+_ROW = BenchRow("dropout", ((4, 64),), ((4096, 4096), (16384, 5120)), x_input(),
+                lambda t: F.dropout(t["x"], 0.1, training=True),
+                lambda shape, mode, itemsize: IO_BYTES(shape, mode, itemsize)
+                + math.prod(shape) * (1 if mode == "fwd" else 2),
+                llm=tuple(LlmCase(mode, (8192, 4096), dtype) for mode in BOTH
+                          for dtype in (torch.bfloat16, torch.float32)))
+
+
 # ``p`` enters the keys only as what the decisions read of it: plans hold nothing of its value.
 FAMILY = Family(DSL_NAME, "dropout", [
     Op("native_dropout", dropout_plan_or_why, dropout_impl, ("input", "train is False", "0.0 <= p <= 1.0", "p == 1.0"),
-       public_name="dropout", measured=False, options={"derive_variants": ("out",)}, bench=("dropout",),
+       public_name="dropout", measured=False, options={"derive_forms": ("out",)}, bench_rows=(_ROW,),
        verify=Driver(_dropout_cases(native_first=True), ("nn.functional.dropout",), ("native_dropout_backward",),
                      dropout_structure)),
     Op("native_dropout_backward", dropout_backward_plan_or_why, dropout_backward_impl, ("grad_output", "mask"),
-       public_name="dropout", backward=True, measured=False, options={"derive_variants": ("out",)},
+       public_name="dropout", backward=True, measured=False, options={"derive_forms": ("out",)},
        bench=("dropout",)),
     Op("bernoulli_.float", bernoulli_plan_or_why, bernoulli_impl,
        ("self", "0.0 <= p <= 1.0", "generator is None or generator_fits(generator, self)"), measured=False,

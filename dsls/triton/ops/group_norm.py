@@ -11,13 +11,15 @@ empty batches, size arguments that do not match the input) goes to aten.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from python_native_dsls.bench_cases import IO_BYTES, norm_inputs
 from python_native_dsls.family import Family, Op
-from python_native_dsls.proving import Driver, Sample, rand
+from python_native_dsls.proving import BOTH, BenchRow, Driver, LlmCase, Sample, Tensors, rand
 
 from ..plans.group_norm import ChannelView, GroupNormPlan, group_norm_plan, plan_or_why, view_of, view_why
 from ..target import DSL_NAME
@@ -116,10 +118,32 @@ def _group_norm_cases(dtype: torch.dtype, device: str):
     yield Sample("1e4 mean, 1e2 spread", lambda t: F.group_norm(t, 2), [offset])
 
 
+# Bench rows normalize 32 groups (the diffusion U-Net's), or as many as divide C.
+GROUPS = 32
+
+
+def _row_inputs(channels_last: bool) -> Callable[[tuple[int, ...], torch.dtype, str, bool], Tensors]:
+    """An N x C x H x W ``x`` (channels-last or not), weight and bias of C, and the row's group count."""
+    tensors = norm_inputs(bias=True, channel_dim=1, channels_last=channels_last)
+
+    def inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool) -> Tensors:
+        return {**tensors(shape, dtype, device, grad), "groups": math.gcd(shape[1], GROUPS)}
+
+    return inputs
+
+
+# U-Net activations (their LLM-sized row: 8 x 512 x 64 x 64), contiguous and channels-last.
+_ROWS = tuple(BenchRow(name, ((2, 8, 4, 4),), ((16, 256, 32, 32), (4, 1280, 16, 16), (2, 320, 128, 128)),
+                       _row_inputs(name.endswith("_cl")), lambda t: F.group_norm(t["x"], t["groups"], t["w"], t["b"]),
+                       IO_BYTES, llm=tuple(LlmCase(mode, (8, 512, 64, 64), dtype) for mode in BOTH
+                                           for dtype in (torch.bfloat16, torch.float32)))
+              for name in ("group_norm", "group_norm_cl"))
+
+
 FAMILY = Family(DSL_NAME, "group_norm", [
     Op("native_group_norm", forward_plan_or_why, group_norm_impl,
        ("input", "weight", "bias", "N", "C", "HxW", "group", "input.get_device()"), public_name="group_norm",
-       measured=False, options={"derive_variants": ("out",)}, bench=("group_norm", "group_norm_cl"),
+       measured=False, options={"derive_forms": ("out",)}, bench_rows=_ROWS,
        verify=Driver(_group_norm_cases, ("nn.functional.group_norm",), ("native_group_norm_backward",))),
     Op("native_group_norm_backward", backward_plan_or_why, group_norm_backward_impl,
        ("grad_out", "input", "mean", "rstd", "weight", "N", "C", "HxW", "group", "input.get_device()"),

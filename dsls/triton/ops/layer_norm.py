@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 import torch
 
-from python_native_dsls import norms
+from python_native_dsls import bench_cases, norms
 from python_native_dsls.family import Family, Op
 from python_native_dsls.layout import Rows
+from python_native_dsls.verify_cases import LAYER_NORM
 
 from ..plans.rows import NormPlan, norm_plan
 from ..target import DSL_NAME
@@ -57,8 +58,8 @@ def layer_norm_backward_impl(
 
 FAMILY = Family(DSL_NAME, "layer_norm", [
     Op("native_layer_norm", forward_plan_or_why, layer_norm_impl,
-       ("input", "tuple(normalized_shape)", "weight", "bias"), public_name="layer_norm", bench=("layer_norm",),
-       replayable=True),
+       ("input", "tuple(normalized_shape)", "weight", "bias"), public_name="layer_norm",
+       bench_rows=(bench_cases.LAYER_NORM,), replayable=True, verify=LAYER_NORM),
     Op("native_layer_norm_backward", backward_plan_or_why, layer_norm_backward_impl,
        ("grad_out", "input", "tuple(normalized_shape)", "mean", "rstd", "weight", "bias", "tuple(output_mask)"),
        public_name="layer_norm", backward=True, bench=("layer_norm",), replayable=True),

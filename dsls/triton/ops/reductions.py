@@ -27,7 +27,9 @@ from typing import Any
 
 import torch
 
+from python_native_dsls import bench_cases
 from python_native_dsls.family import Family, Op
+from python_native_dsls.verify_cases import REDUCTIONS
 
 from ..plans.reduce import MAX, MEAN, MIN, PROD, SUM, ReducePlan, accumulator, reduce_plan, reduce_view
 from ..target import DSL_NAME
@@ -155,8 +157,8 @@ def _impl(op: str) -> Callable[..., Any]:
 def _op(op: str) -> Op:
     symbol, _, _, _, listed, dtyped, bench = OPS[op]
     key = ("self", "dim if dim is None else tuple(dim)" if listed else "dim", "keepdim", *(("dtype",) if dtyped else ()))
-    return Op(symbol, _plan_or_why(op), _impl(op), key, measured=False, options={"derive_variants": ("out",)},
-              bench=bench)
+    return Op(symbol, _plan_or_why(op), _impl(op), key, measured=False, options={"derive_forms": ("out",)},
+              bench_rows=tuple(bench_cases.REDUCTIONS[row] for row in bench), verify=REDUCTIONS[symbol])
 
 
 FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in OPS], kernels="reductions")

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 
 import torch
 
-from python_native_dsls import norms
+from python_native_dsls import bench_cases, norms
 from python_native_dsls.constants import DEFAULT_EPS
 from python_native_dsls.family import Family, Op
 from python_native_dsls.layout import Rows
+from python_native_dsls.verify_cases import RMS_NORM
 
 from ..plans.rows import NormPlan, norm_plan
 from ..target import DSL_NAME
@@ -60,7 +61,7 @@ def rms_norm_backward_impl(
 
 FAMILY = Family(DSL_NAME, "rms_norm", [
     Op("_fused_rms_norm", forward_plan_or_why, rms_norm_impl, ("input", "tuple(normalized_shape)", "weight"),
-       public_name="rms_norm", bench=("rms_norm",), replayable=True),
+       public_name="rms_norm", bench_rows=(bench_cases.RMS_NORM,), replayable=True, verify=RMS_NORM),
     Op("_fused_rms_norm_backward", backward_plan_or_why, rms_norm_backward_impl,
        ("grad_out", "input", "tuple(normalized_shape)", "rstd", "weight", "tuple(output_mask)"),
        public_name="rms_norm", backward=True, bench=("rms_norm",), replayable=True),

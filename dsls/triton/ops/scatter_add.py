@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from python_native_dsls.family import Family, Op
-from python_native_dsls.proving import Driver, Sample, rand
+from python_native_dsls.proving import FORWARD, BenchRow, Driver, LlmCase, Sample, Tensors, rand
 
 from ..plans.layout import dense_like
 from ..plans.scatter import DTYPES, Axes, ScatterPlan, axes, contiguous_strides, scatter_plan, span
@@ -254,6 +254,33 @@ def _index_add_cases(inplace: bool):
     return cases
 
 
+def _row_inputs(scatter: bool) -> Callable[[tuple[int, ...], torch.dtype, str, bool], Tensors]:
+    """A row's tensors: ``tokens x hidden`` source rows ``c`` added into ``rows x hidden`` zeros ``x``
+    along dim 0 by one row ``index`` per token (scatter_add's: that column expanded along hidden, as
+    MoE code does). The row's shape: tokens, hidden, rows."""
+
+    def inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool) -> Tensors:
+        tokens, hidden, rows = shape
+        index = torch.randint(0, rows, (tokens,), device=device)
+        return {"x": torch.zeros(rows, hidden, device=device, dtype=dtype), "leaves": [], "dy": None,
+                "c": torch.randn(tokens, hidden, device=device, dtype=dtype),
+                "index": index[:, None].expand(tokens, hidden) if scatter else index}
+
+    return inputs
+
+
+def _bench_row(op: str, scatter: bool) -> BenchRow:
+    """Forward only: the source and one index per token read, self copied. Its LLM row: MoE combine,
+    16384 token slots of hidden 4096 into 2048 token rows."""
+    call = (lambda t: t["x"].scatter_add(0, t["index"], t["c"])) if scatter else (
+        lambda t: t["x"].index_add(0, t["index"], t["c"]))
+    moe = (16384, 4096, 2048)
+    return BenchRow(op, ((64, 32, 16),), (moe, (32768, 2048, 4096), (8192, 7168, 1024)), _row_inputs(scatter), call,
+                    lambda shape, mode, itemsize: shape[0] * (shape[1] * itemsize + 8)
+                    + 2 * shape[2] * shape[1] * itemsize,
+                    modes=FORWARD, llm=(LlmCase("fwd", moe), LlmCase("fwd", moe, torch.float32)))
+
+
 def _op(op: str, inplace: bool, scatter: bool) -> Op:
     """Floats decline under deterministic algorithms (the atomics add them in no fixed order); an
     ``alpha`` beyond self's dtype declines (aten raises); in-place calls also check per call that
@@ -263,8 +290,9 @@ def _op(op: str, inplace: bool, scatter: bool) -> Op:
     # The functional ops derive their out= forms (the result copied into out); the in-place ones add
     # straight into self, which a derived variant could not (it would add into a copy, then copy back).
     return Op(op, (_scatter if scatter else _index)(inplace), _impl(op, inplace, scatter), key, measured=False,
-              check=_apart_why if inplace else None, options={} if inplace else {"derive_variants": ("out",)},
-              bench=(op.rstrip("_"),), nondeterministic="the kernel's float atomics add in no fixed order",
+              check=_apart_why if inplace else None, options={} if inplace else {"derive_forms": ("out",)},
+              bench=(op.rstrip("_"),), bench_rows=() if inplace else (_bench_row(op, scatter),),
+              nondeterministic="the kernel's float atomics add in no fixed order",
               deterministic_when="not self.dtype.is_floating_point",
               verify=Driver((_scatter_cases if scatter else _index_add_cases)(inplace), () if inplace else (op,)))
 

@@ -11,8 +11,10 @@ from collections.abc import Callable
 
 import torch
 
+from python_native_dsls import bench_cases
 from python_native_dsls.family import Family, Op
 from python_native_dsls.layout import reduced_rows
+from python_native_dsls.verify_cases import LOG_SOFTMAX, SOFTMAX
 
 from ..plans.rows import RowPlan, row_plan
 from ..target import DSL_NAME
@@ -104,7 +106,9 @@ _LONG_ROW_PATHS = ("split", "streamed")
 
 def _ops(name: str, log: bool) -> list[Op]:
     forward = Op(f"_{name}", forward_plan_or_why, _forward_impl(log), ("self", "dim", "half_to_float"),
-                 public_name=name, variants={p: _forward_impl(log, p) for p in _LONG_ROW_PATHS}, bench=(name,), replayable=True)
+                 public_name=name, variants={p: _forward_impl(log, p) for p in _LONG_ROW_PATHS}, replayable=True,
+                 bench_rows=(bench_cases.LOG_SOFTMAX if log else bench_cases.SOFTMAX,),
+                 verify=LOG_SOFTMAX if log else SOFTMAX)
     backward = Op(f"_{name}_backward_data", backward_plan_or_why, _backward_impl(log),
                   ("grad_output", "output", "dim", "input_dtype"), public_name=name, backward=True,
                   variants={p: _backward_impl(log, p) for p in _LONG_ROW_PATHS}, bench=(name,),

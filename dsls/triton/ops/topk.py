@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from python_native_dsls.family import Family, Op
-from python_native_dsls.proving import Driver, Sample, rand
+from python_native_dsls.proving import FORWARD, BenchRow, Driver, LlmCase, Sample, Tensors, rand
 
 from ..plans.select import TopkPlan, rows_along, topk_plan
 from ..target import DSL_NAME
@@ -75,8 +75,26 @@ def _cases(dtype: torch.dtype, device: str):
     yield Sample("wide row, chunked", lambda t: torch.topk(t, 8).values, [rand(1, 9000, dtype=dtype, device=device)])
 
 
+def _row_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool) -> Tensors:
+    """Rows x cols values ``x``, of which each row's ``k`` largest are picked (the row's shape: rows, cols, k)."""
+    rows, cols, k = shape
+    return {"x": torch.randn(rows, cols, device=device, dtype=dtype), "k": k, "leaves": [], "dy": None}
+
+
+# Forward only: x read, k values and their int64 indices written per row. LLM rows: sampling from a
+# Llama-3 vocabulary (one sequence, a batch of 64) and MoE routing (4096 tokens, 8 of 4096 experts).
+_ROW = BenchRow("topk", ((4, 64, 4), (7, 100, 20)),
+                ((4096, 4096, 8), (8192, 4096, 8), (4096, 32000, 50), (64, 128256, 256)),
+                _row_inputs, lambda t: torch.topk(t["x"], t["k"]).values,
+                lambda shape, mode, itemsize: shape[0] * (shape[1] * itemsize + shape[2] * (itemsize + 8)),
+                modes=FORWARD,
+                llm=(*(LlmCase("fwd", s) for s in ((1, 128256, 50), (1, 128256, 256), (64, 128256, 50),
+                                                   (4096, 4096, 8))),
+                     *(LlmCase("fwd", s, torch.float32) for s in ((1, 128256, 50), (4096, 4096, 8)))))
+
+
 # A SymInt ``k`` comes with FakeTensors (tracing), which are planned directly: no key holds it.
 FAMILY = Family(DSL_NAME, "topk", [
     Op("topk", topk_plan_or_why, topk_impl, ("self", "k", "dim", "largest"), measured=False,
-       options={"derive_variants": ("out",)}, bench=("topk",), verify=Driver(_cases, ("topk",))),
+       options={"derive_forms": ("out",)}, bench_rows=(_ROW,), verify=Driver(_cases, ("topk",))),
 ], kernels="topk")
