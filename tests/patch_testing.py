@@ -17,31 +17,26 @@ import torch
 import python_native as pn
 from conftest import TEST_DSL, always
 from python_native.core.registry import REGISTRY
-from python_native.ops import activation_op, gated_op, moe_experts_op, moe_route_op, rms_norm_op, rotary_op
-from python_native.ops import linear_cross_entropy_op as lce_op
+from python_native.foundations import declared
 from python_native.tools import tiny_models
 
-# public name -> the references of its forward and backward
-_REFERENCES = {
-    "rms_norm": (rms_norm_op._reference, rms_norm_op._reference_backward),
-    "swiglu": (gated_op._swiglu, gated_op._swiglu_backward),
-    "geglu": (gated_op._geglu, gated_op._geglu_backward),
-    "rotary": (rotary_op._reference, rotary_op._reference_backward),
-    "gelu_tanh": (activation_op._gelu_tanh, activation_op._gelu_tanh_backward),
-    "quick_gelu": (activation_op._quick_gelu, activation_op._quick_gelu_backward),
-    "moe_route": (moe_route_op._reference, moe_route_op._reference_backward),
-    "moe_experts": (moe_experts_op._reference, moe_experts_op._reference_backward),
-}
-# op -> (reference kernel, public name, is a backward)
-STAND_INS = {
-    op: (impl, public, backward)
-    for public, (forward, backward_impl) in _REFERENCES.items()
-    for op, impl, backward in ((public, forward, False), (f"{public}_backward", backward_impl, True))
-}
-STAND_INS.update({  # the fused loss's two overloads
-    "linear_cross_entropy.forward": (lce_op._reference_forward, "linear_cross_entropy", False),
-    "linear_cross_entropy.backward": (lce_op._reference_backward, "linear_cross_entropy", True),
-})
+
+def _stand_ins() -> dict[str, tuple]:
+    """op -> (reference kernel, public name, is a backward), for every op the package declares with a
+    kernel of its own: a backward is declared as ``<public>_backward`` or as the ``backward`` overload."""
+    import python_native.ops  # noqa: F401  (declares them)
+
+    found = {}
+    for d in declared.declared():
+        if d.reference is None or not d.reference.__module__.startswith("python_native.ops."):
+            continue
+        packet, _, overload = d.name.partition(".")
+        backward = packet.endswith("_backward") or overload == "backward"
+        found[d.name] = (d.reference, packet.removesuffix("_backward"), backward)
+    return found
+
+
+STAND_INS = _stand_ins()
 OURS = set(STAND_INS)
 FAMILIES = ("llama", "qwen2", "gemma", "gpt2")
 

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -49,6 +49,9 @@ class DeclaredOp:
     kind: str  # "reference" (a kernel of its own) or "composite" (calls other ops)
     autograd: bool
     doc: str
+    # The plain-torch kernel of a "reference" op (None for a composite): what serves when no override
+    # fires, and what a stand-in override can compute without calling the op.
+    reference: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def packet(self) -> str:
@@ -174,7 +177,7 @@ def declare(
             raise
         _libraries.append(library)
         _declared[name] = DeclaredOp(name, schema, "composite" if composite is not None else "reference",
-                                     backward is not None, doc)
+                                     backward is not None, doc, reference)
     log.debug("python_native: declared %s (%s)", qualified, _declared[name].kind)
     overload = name.partition(".")[2] or "default"
     return getattr(getattr(getattr(torch.ops, NAMESPACE), packet), overload)
