@@ -37,7 +37,7 @@ from python_native.foundations import logs  # noqa: F401
 from python_native.core.handles import Cond, Impl, OrderFn, OverrideHandle
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration, checked, compiled, front  # noqa: F401
-from python_native.foundations import declared, dsl_registry, env, public_names, uncompiled
+from python_native.foundations import custom_ops, dsl_registry, env, public_names, uncompiled
 from python_native.foundations.trace_summary import TraceSummary
 from python_native.foundations.tracing import DEFAULT_CAPACITY, Trace, TraceEvent
 from python_native.panel import bootstrap as _bootstrap
@@ -91,7 +91,7 @@ def _declare_ops() -> None:
     from python_native import ops  # noqa: F401
 
 
-declared.declare_on_first_use(_declare_ops)
+custom_ops.declare_on_first_use(_declare_ops)
 
 __version__ = "0.1.0"
 

@@ -17,7 +17,7 @@ import torch
 import python_native as pn
 from conftest import TEST_DSL, always
 from python_native.core.registry import REGISTRY
-from python_native.foundations import declared
+from python_native.foundations import custom_ops
 from python_native.tools import tiny_models
 
 
@@ -27,7 +27,7 @@ def _stand_ins() -> dict[str, tuple]:
     import python_native.ops  # noqa: F401  (declares them)
 
     found = {}
-    for d in declared.declared():
+    for d in custom_ops.defined():
         if d.reference is None or not d.reference.__module__.startswith("python_native.ops."):
             continue
         packet, _, overload = d.name.partition(".")

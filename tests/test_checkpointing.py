@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 import python_native as pn
 from conftest import TEST_DSL
-from python_native.foundations import declared, public_names
+from python_native.foundations import custom_ops, public_names
 
 REGIMES = ("reentrant", "non_reentrant", "rng_replayed", "offloaded")
 DROPOUT = 0.25
@@ -56,7 +56,7 @@ FROZEN = {"rotary": (2, 3)}
 
 def _autograd_ops() -> list[str]:
     """The package's custom ops with autograd (other tests declare ops of their own in the namespace)."""
-    return [d.name for d in declared.declared() if d.autograd and not d.name.startswith("pn_test")]
+    return [d.name for d in custom_ops.defined() if d.autograd and not d.name.startswith("pn_test")]
 
 
 def _backward_of(name: str) -> str:
@@ -69,9 +69,9 @@ def _overload(name: str):
     return getattr(getattr(torch.ops.python_native, packet), overload or "default")
 
 
-def test_every_declared_op_with_autograd_has_a_sample():
+def test_every_custom_op_with_autograd_has_a_sample():
     assert sorted(_autograd_ops()) == sorted(SAMPLES)
-    assert all(declared.is_declared(_backward_of(name)) for name in SAMPLES)
+    assert all(custom_ops.is_custom_op(_backward_of(name)) for name in SAMPLES)
 
 
 def _leaves(name: str, frozen: tuple[int, ...]) -> list:

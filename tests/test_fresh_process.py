@@ -96,10 +96,10 @@ def test_concurrent_first_imports(tmp_path):
 USER_DECLARES_FIRST = """
 import torch
 import python_native
-from python_native.foundations import declared
-assert declared.deferred, "the package's own ops were declared at import: nothing here to check"
-op = declared.declare("pn_user_twice(Tensor x) -> Tensor", reference=lambda x: x * 2, fake=torch.empty_like)
-print(op(torch.ones(2)).tolist(), declared.is_declared("swiglu"))
+from python_native.foundations import custom_ops
+assert custom_ops.deferred, "the package's own ops were declared at import: nothing here to check"
+op = custom_ops.declare("pn_user_twice(Tensor x) -> Tensor", reference=lambda x: x * 2, fake=torch.empty_like)
+print(op(torch.ones(2)).tolist(), custom_ops.is_custom_op("swiglu"))
 """
 
 

@@ -73,7 +73,7 @@ def test_a_features_status_section_is_in_the_status_report(plugged, capsys):
     data = pn.status()
     assert data["toy"] == section
     keys = list(data)  # between the report's own data and the environment switches
-    assert keys.index("declared_ops") < keys.index("toy") < keys.index("environment")
+    assert keys.index("custom_ops") < keys.index("toy") < keys.index("environment")
     assert "Toy\n  queued: 3\n  state: draining\n  sizes: [1, 2]" in _cli(capsys)
     assert json.loads(_cli(capsys, "--json"))["toy"] == section
     extensions.unregister("toy feature")

@@ -1,6 +1,6 @@
 """What ``import torch`` loads of python-native: the modules that install the overrides, nothing more.
 
-Everything else (the declared ops of ``python_native.ops``, model patching, checked mode's contracts,
+Everything else (the custom ops of ``python_native.ops``, model patching, checked mode's contracts,
 calibration's measuring and summary, the status snapshot, ...) loads on first use. A module that
 joins the set below makes every ``import torch`` pay for it: load it where it is first needed, or
 add it here with the reason. ``benchmarks/import_cost.py`` measures what the set costs.
@@ -37,7 +37,7 @@ python_native.features.checked
 python_native.features.compiled python_native.features.compiled.mode
 python_native.features.front python_native.features.front.background python_native.features.front.build
 python_native.features.front.processes python_native.features.front.proof python_native.features.front.replay
-python_native.foundations python_native.foundations.codegen python_native.foundations.declared
+python_native.foundations python_native.foundations.codegen python_native.foundations.custom_ops
 python_native.foundations.dispatch_keys python_native.foundations.dsl_registry python_native.foundations.env
 python_native.foundations.env_rules python_native.foundations.epilogues python_native.foundations.faults
 python_native.foundations.interrupts python_native.foundations.launches python_native.foundations.logs
@@ -112,7 +112,7 @@ def test_import_torch_adds_no_heavy_third_party_module(mounted, torch_alone):
 
 
 # Where a GPU is visible the Triton backend installs its op library at import, and its overrides of
-# the declared ops (``rms_norm``, ``swiglu``, ...) import ``python_native.ops``, which declares them.
+# the custom ops (``rms_norm``, ``swiglu``, ...) import ``python_native.ops``, which declares them.
 DEFERRED = """
 import sys, torch
 deferred = ["python_native.ops", "python_native.patching", "python_native.panel.snapshot",
@@ -123,10 +123,10 @@ assert not [m for m in deferred if m in sys.modules], [m for m in deferred if m 
 import torch.backends.python_native as pn
 """
 FIRST_USES = {
-    # The declared ops: by their op namespace, or by a public name the panel's switches take.
+    # The custom ops: by their op namespace, or by a public name the panel's switches take.
     "op namespace": "x = torch.randn(2, 8); assert torch.ops.python_native.swiglu(x, x).shape == (2, 8)",
     "public name": "with pn.operations_disabled('swiglu', 'rotary'): assert pn.is_operation_disabled('swiglu')",
-    "declared list": "assert 'linear_cross_entropy' in {op['op'].partition('::')[2] for op in pn.status()['declared_ops']}",
+    "custom op list": "assert 'linear_cross_entropy' in {op['op'].partition('::')[2] for op in pn.status()['custom_ops']}",
     "panel": "assert callable(pn.patch) and callable(pn.reach) and pn.PatchRule and callable(pn.linear_cross_entropy)",
     "features": ("from python_native.features import calibration, checked\n"
                  "assert checked.compare.__name__ == 'compare' and issubclass(pn.OverrideMismatch, Exception)\n"

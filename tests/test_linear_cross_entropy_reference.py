@@ -1,4 +1,4 @@
-"""The declared op ``python_native::linear_cross_entropy`` itself: its chunked reference, errors, memory.
+"""The custom op ``python_native::linear_cross_entropy`` itself: its chunked reference, errors, memory.
 
 The Triton override has its own tests (``tests/triton/test_linear_cross_entropy.py``); here every
 call runs the reference (the op's overrides switched off), which must equal aten's unfused

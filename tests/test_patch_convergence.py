@@ -8,7 +8,7 @@ spread is the largest distance, over the steps, between the smoothed curves of s
 wrong gradient anywhere in the patched model (a norm, the gated MLP, rotary, the fused loss) moves
 its curve away from the unpatched one by more than that; rounding does not.
 
-The 200 steps are served by the test DSL's stand-ins (each declared op's reference, registered as
+The 200 steps are served by the test DSL's stand-ins (each custom op's reference, registered as
 an override: ``patch_testing.serving(everywhere=True)``, Triton held off), which run at torch's
 speed; Triton's CPU interpreter takes seconds a step. The kernels are held to that curve where they
 serve at the CPU key (under ``PYTHON_NATIVE_TRITON_INTERPRET=1``, as the test session sets it): their
@@ -82,7 +82,7 @@ def _curve(seed: int, dtype: torch.dtype, patch: bool, steps: int = STEPS) -> tu
 
 @contextlib.contextmanager
 def _stand_ins() -> Iterator[None]:
-    """Every declared op served by its reference as the test DSL's override; Triton held off."""
+    """Every custom op served by its reference as the test DSL's override; Triton held off."""
     with serving(everywhere=True), pn.triton.disabled(), aten_overrides_off():
         yield
 

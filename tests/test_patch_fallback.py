@@ -134,12 +134,12 @@ def test_a_device_without_an_override_runs_the_modules_own_code():
                             "the module's own forward ran")
 
 
-def test_the_ops_each_rule_waits_for_are_its_declared_ops_forward_first():
-    assert runtime.declared_ops(("rms_norm",)) == ("rms_norm", "rms_norm_backward")
-    assert runtime.declared_ops(("linear_cross_entropy",))[0] == "linear_cross_entropy.forward"
-    assert set(runtime.declared_ops(("linear_cross_entropy",))) == {"linear_cross_entropy.forward",
+def test_the_ops_each_rule_waits_for_are_its_custom_ops_forward_first():
+    assert runtime.custom_ops_of(("rms_norm",)) == ("rms_norm", "rms_norm_backward")
+    assert runtime.custom_ops_of(("linear_cross_entropy",))[0] == "linear_cross_entropy.forward"
+    assert set(runtime.custom_ops_of(("linear_cross_entropy",))) == {"linear_cross_entropy.forward",
                                                                     "linear_cross_entropy.backward"}
-    assert runtime.declared_ops(("not_an_op",)) == ()
+    assert runtime.custom_ops_of(("not_an_op",)) == ()
 
 
 _WITHOUT_INTERPRETER = textwrap.dedent("""

@@ -17,7 +17,7 @@ import python_native as pn
 from conftest import TEST_DSL
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
-from python_native.foundations import declared, dsl_registry
+from python_native.foundations import custom_ops, dsl_registry
 from python_native.ops import rms_norm_op
 from python_native.panel import dsl_support
 from python_native.tools import tiny_models
@@ -35,14 +35,14 @@ def _backward(grad_output, input, weight, eps, offset, weight_in_fp32):
 
 
 def _specs() -> list[OverrideSpec]:
-    return [OverrideSpec("rms_norm", lambda *a, **k: True, _forward, measured=False, lib=declared.NAMESPACE),
+    return [OverrideSpec("rms_norm", lambda *a, **k: True, _forward, measured=False, lib=custom_ops.NAMESPACE),
             OverrideSpec("rms_norm_backward", lambda *a, **k: True, _backward, measured=False,
-                         lib=declared.NAMESPACE)]
+                         lib=custom_ops.NAMESPACE)]
 
 
 def _ours(key: str = "CPU") -> list:
     """The test DSL's overrides of the held ops installed at ``key``."""
-    return [o for op in HELD if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key)))
+    return [o for op in HELD if (slot := REGISTRY.slots.get((custom_ops.NAMESPACE, op, key)))
             for o in slot.overrides if o.dsl == TEST_DSL]
 
 
@@ -134,7 +134,7 @@ def test_off_a_gpu_nothing_is_installed(gpu, calib):
 def test_a_failing_install_leaves_the_registry_and_dispatcher_as_they_were(gpu, monkeypatch):
     real = REGISTRY.register
     slots = {k: list(s.overrides) for k, s in REGISTRY.slots.items()}
-    dumps = [torch._C._dispatch_dump(f"{declared.NAMESPACE}::{op}") for op in HELD]
+    dumps = [torch._C._dispatch_dump(f"{custom_ops.NAMESPACE}::{op}") for op in HELD]
 
     def register(dsl, lib, op, *args, **kwargs):
         if op == "rms_norm_backward":
@@ -146,7 +146,7 @@ def test_a_failing_install_leaves_the_registry_and_dispatcher_as_they_were(gpu, 
     x = torch.randn(2, 5, norm.weight.shape[0])
     with pn.patched(norm) as report:
         assert {k: list(s.overrides) for k, s in REGISTRY.slots.items()} == slots
-        assert _ours() == [] and [torch._C._dispatch_dump(f"{declared.NAMESPACE}::{op}") for op in HELD] == dumps
+        assert _ours() == [] and [torch._C._dispatch_dump(f"{custom_ops.NAMESPACE}::{op}") for op in HELD] == dumps
         assert "failed to install at CPU, none was: RuntimeError: no room for rms_norm_backward" in report.patched[0].serves
         assert set(_status()["skipped"]) == set(HELD)  # still held, still named
         with pn.trace() as t:

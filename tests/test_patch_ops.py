@@ -195,16 +195,16 @@ def test_an_override_attaches_and_the_public_name_switches_forward_and_backward(
             handle.remove()
 
 
-def test_a_declared_op_shares_an_aten_name_only_where_aten_has_no_kernel():
-    from python_native.foundations import declared
+def test_a_custom_op_shares_an_aten_name_only_where_aten_has_no_kernel():
+    from python_native.foundations import custom_ops
 
     with pytest.raises(ValueError, match="aten_namesake=True needs an aten op 'softmax' that is only a composite; "
                                          "aten::softmax.int_out has kernels of its own"):
-        declared.declare("softmax(Tensor x) -> Tensor", reference=torch.clone, fake=torch.empty_like, aten_namesake=True)
+        custom_ops.declare("softmax(Tensor x) -> Tensor", reference=torch.clone, fake=torch.empty_like, aten_namesake=True)
     with pytest.raises(ValueError, match="aten has no op 'pn_test_nowhere'"):
-        declared.declare("pn_test_nowhere(Tensor x) -> Tensor", reference=torch.clone, fake=torch.empty_like,
+        custom_ops.declare("pn_test_nowhere(Tensor x) -> Tensor", reference=torch.clone, fake=torch.empty_like,
                          aten_namesake=True)
-    assert {"rms_norm", "rms_norm_backward"} <= {d.name for d in declared.declared()}
+    assert {"rms_norm", "rms_norm_backward"} <= {d.name for d in custom_ops.defined()}
     # One public name for aten's RMS norm overrides and this op: a switch covers both.
     from python_native.foundations import public_names
 

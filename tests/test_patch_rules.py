@@ -97,7 +97,7 @@ def test_a_user_rule_goes_before_the_built_in_ones_and_can_be_replaced_and_remov
     try:
         assert pn.patch_rules()[0].name == "my_norm"
         block = Block()
-        # The patched forward runs where an override of its declared op serves the input's key (the
+        # The patched forward runs where an override of its custom op serves the input's key (the
         # Triton kernels at the CPU key under the interpreter, else the test DSL's stand-in).
         with serving(), pn.patched(block) as report:
             assert torch.equal(block.norm(torch.ones(2, 32)), torch.ones(2, 32)) and calls == ["mine"]

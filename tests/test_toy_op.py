@@ -25,7 +25,7 @@ SCHEMA = '''\
 
 import torch
 
-from python_native.foundations import declared, public_names
+from python_native.foundations import custom_ops, public_names
 
 
 def _reference(x: torch.Tensor, a: float, b: float) -> torch.Tensor:
@@ -44,7 +44,7 @@ def _backward(ctx, grad_output):
     return grad_output * ctx.a, None, None
 
 
-TOY_AXPB = declared.declare("toy_axpb(Tensor x, float a, float b) -> Tensor", reference=_reference, fake=_fake,
+TOY_AXPB = custom_ops.declare("toy_axpb(Tensor x, float a, float b) -> Tensor", reference=_reference, fake=_fake,
                             backward=_backward, setup_context=_setup_context, doc="a * x + b")
 public_names.declare("toy_axpb", "toy_axpb")
 '''

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from python_native.foundations import declared as _declared
+from python_native.foundations import custom_ops as _custom_ops
 
 
 @dataclass
@@ -67,8 +67,8 @@ def declare(public_name: str, op: str, *, backward: bool = False) -> None:
 def covered(name: str) -> tuple[str, ...]:
     """The aten ops ``name`` covers by the rule above; ``()`` when the table does not know it
     (a backward's name, or an op no family declared: it covers itself)."""
-    if _declared.deferred:  # the package's own ops declare their names on first use
-        _declared.load_deferred()
+    if _custom_ops.deferred:  # the package's own ops declare their names on first use
+        _custom_ops.load_deferred()
     publics = [name] if name in _groups else []
     publics += sorted(_forwards.get(name, ()))
     ops: dict[str, None] = {}
@@ -79,15 +79,15 @@ def covered(name: str) -> tuple[str, ...]:
 
 def is_public(name: str) -> bool:
     """Whether ``name`` is a declared public name."""
-    if _declared.deferred:  # the package's own ops declare their names on first use
-        _declared.load_deferred()
+    if _custom_ops.deferred:  # the package's own ops declare their names on first use
+        _custom_ops.load_deferred()
     return name in _groups
 
 
 def groups() -> dict[str, tuple[str, ...]]:
     """Every public name with the aten ops declared under it (forwards first)."""
-    if _declared.deferred:  # the package's own ops declare their names on first use
-        _declared.load_deferred()
+    if _custom_ops.deferred:  # the package's own ops declare their names on first use
+        _custom_ops.load_deferred()
     with _lock:
         return {public: group.ops() for public, group in sorted(_groups.items())}
 
@@ -95,8 +95,8 @@ def groups() -> dict[str, tuple[str, ...]]:
 
 def public_name_of(op: str) -> str | None:
     """The public name ``op`` is declared under (the first, when several declare it), or None."""
-    if _declared.deferred:  # the package's own ops declare their names on first use
-        _declared.load_deferred()
+    if _custom_ops.deferred:  # the package's own ops declare their names on first use
+        _custom_ops.load_deferred()
     with _lock:
         for public, group in sorted(_groups.items()):
             if op in group.forward or op in group.backward:

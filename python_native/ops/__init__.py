@@ -1,6 +1,6 @@
 """Operators the package declares outside aten, in the ``python_native`` namespace.
 
-Importing this package defines them (``python_native.foundations.declared``): each has a reference
+Importing this package defines them (``python_native.foundations.custom_ops``): each has a reference
 implementation in plain torch that serves when no override fires, a fake kernel for
 ``torch.compile``/``torch.export`` and autograd. DSL backends attach overrides to them like to any
 aten op (``OverrideSpec(..., lib="python_native")``).

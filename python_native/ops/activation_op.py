@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 
 Tensor = torch.Tensor
 
@@ -85,9 +85,9 @@ def _autograd(backward_op):
 
 
 def _declare(name: str, reference, backward_reference, doc: str):
-    backward = declared.declare(f"{name}_backward(Tensor grad_output, Tensor x) -> Tensor",
+    backward = custom_ops.declare(f"{name}_backward(Tensor grad_output, Tensor x) -> Tensor",
                                 reference=backward_reference, fake=_fake_backward, doc=f"gradient of {name}, in fp32")
-    op = declared.declare(f"{name}(Tensor x) -> Tensor", reference=reference, fake=_fake,
+    op = custom_ops.declare(f"{name}(Tensor x) -> Tensor", reference=reference, fake=_fake,
                           backward=_autograd(backward), setup_context=_setup_context, doc=doc)
     public_names.declare(name, name)
     public_names.declare(name, f"{name}_backward", backward=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 
 Tensor = torch.Tensor
 
@@ -85,16 +85,16 @@ def _autograd(backward_op):
     return backward
 
 
-SWIGLU_BACKWARD = declared.declare(
+SWIGLU_BACKWARD = custom_ops.declare(
     "swiglu_backward(Tensor grad_output, Tensor gate, Tensor up) -> (Tensor, Tensor)",
     reference=_swiglu_backward, fake=_fake_backward, doc="(grad_gate, grad_up) of swiglu")
-SWIGLU = declared.declare("swiglu(Tensor gate, Tensor up) -> Tensor", reference=_swiglu, fake=_fake,
+SWIGLU = custom_ops.declare("swiglu(Tensor gate, Tensor up) -> Tensor", reference=_swiglu, fake=_fake,
                           backward=_autograd(SWIGLU_BACKWARD), setup_context=_setup_context,
                           doc="F.silu(gate) * up")
-GEGLU_BACKWARD = declared.declare(
+GEGLU_BACKWARD = custom_ops.declare(
     "geglu_backward(Tensor grad_output, Tensor gate, Tensor up, str approximate) -> (Tensor, Tensor)",
     reference=_geglu_backward, fake=_fake_backward, doc="(grad_gate, grad_up) of geglu")
-GEGLU = declared.declare("geglu(Tensor gate, Tensor up, str approximate='none') -> Tensor", reference=_geglu,
+GEGLU = custom_ops.declare("geglu(Tensor gate, Tensor up, str approximate='none') -> Tensor", reference=_geglu,
                          fake=_fake, backward=_autograd(GEGLU_BACKWARD), setup_context=_setup_context,
                          doc="F.gelu(gate, approximate=approximate) * up")
 for _name in ("swiglu", "geglu"):

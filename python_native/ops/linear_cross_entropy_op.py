@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native.foundations import declared, module_scope
+from python_native.foundations import custom_ops, module_scope
 from python_native.ops import cross_entropy_chunks as chunks
 
 Tensor = torch.Tensor
@@ -89,7 +89,7 @@ def run_backward(grad: Tensor, input: Tensor, weight: Tensor, target: Tensor, bi
                                list(output_mask), step)
 
 
-# ----- the declared kernels -----
+# ----- the custom ops -----
 
 
 def _reference_forward(input, weight, target, bias=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
@@ -155,12 +155,12 @@ def _composite(input, weight, target, bias=None, reduction="mean", ignore_index=
 
 
 # The user-facing overload first: a call of the packet resolves to the first overload that fits.
-OP = declared.declare(SCHEMA, composite=_composite,
+OP = custom_ops.declare(SCHEMA, composite=_composite,
                       doc="F.cross_entropy(F.linear(input, weight, bias), target, ...) without the logits")
-FORWARD = declared.declare(FORWARD_SCHEMA, reference=_reference_forward, fake=_fake_forward,
+FORWARD = custom_ops.declare(FORWARD_SCHEMA, reference=_reference_forward, fake=_fake_forward,
                            backward=_autograd_backward, setup_context=_setup_context,
                            doc="(loss, per-token log-sum-exp) in token chunks, both fp32 for half inputs")
-BACKWARD = declared.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
+BACKWARD = custom_ops.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
                             doc="gradients recomputing the logits chunk by chunk")
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 
 Tensor = torch.Tensor
 
@@ -251,10 +251,10 @@ def _autograd_backward(ctx, grad_output):
     return (*(g if need else None for g, need in zip(picked, needs, strict=False)), *(None for _ in ctx.options))
 
 
-OP = declared.declare(SCHEMA, reference=_reference, fake=_fake, backward=_autograd_backward,
+OP = custom_ops.declare(SCHEMA, reference=_reference, fake=_fake, backward=_autograd_backward,
                       setup_context=_setup_context,
                       doc="routed tokens through their experts' gated MLPs, weighted and summed per token")
-BACKWARD = declared.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
+BACKWARD = custom_ops.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
                             doc="(grad_hidden, grad_weights, grad_gate_up, grad_down, grad biases) of moe_experts")
 public_names.declare("moe_experts", "moe_experts")
 public_names.declare("moe_experts", "moe_experts_backward", backward=True)

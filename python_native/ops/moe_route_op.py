@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 
 Tensor = torch.Tensor
 
@@ -158,11 +158,11 @@ def _autograd_backward(ctx, grad_weights, grad_indices):
     return (grad_logits, *(None for _ in ctx.options))
 
 
-OP = declared.declare(SCHEMA, reference=_reference, fake=_fake, backward=_autograd_backward,
+OP = custom_ops.declare(SCHEMA, reference=_reference, fake=_fake, backward=_autograd_backward,
                       setup_context=_setup_context,
                       doc="a router's logits to (routing weights, expert indices): softmax or sigmoid, top-k, "
                           "renormalised, scaled")
-BACKWARD = declared.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
+BACKWARD = custom_ops.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
                             doc="the routing weights' gradient to the logits'")
 public_names.declare("moe_route", "moe_route")
 public_names.declare("moe_route", "moe_route_backward", backward=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 
 Tensor = torch.Tensor
 
@@ -103,10 +103,10 @@ def _autograd_backward(ctx, grad_output):
     return (grad_input if needs[0] else None, grad_weight if needs[1] else None, None, None, None)
 
 
-OP = declared.declare(SCHEMA, reference=_reference, fake=_fake, backward=_autograd_backward,
+OP = custom_ops.declare(SCHEMA, reference=_reference, fake=_fake, backward=_autograd_backward,
                       setup_context=_setup_context, aten_namesake=True,
                       doc="hand-written RMSNorm: fp32 statistics, the weight before or after the cast back")
-BACKWARD = declared.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
+BACKWARD = custom_ops.declare(BACKWARD_SCHEMA, reference=_reference_backward, fake=_fake_backward,
                             doc="(grad_input, grad_weight) of rms_norm, in fp32")
 public_names.declare("rms_norm", "rms_norm")
 public_names.declare("rms_norm", "rms_norm_backward", backward=True)

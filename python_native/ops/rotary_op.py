@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 
 Tensor = torch.Tensor
 
@@ -110,10 +110,10 @@ def _autograd_backward(ctx, grad_q, grad_k):
             grad_cos, grad_sin, None)
 
 
-BACKWARD = declared.declare(
+BACKWARD = custom_ops.declare(
     "rotary_backward(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin, int unsqueeze_dim) -> (Tensor, Tensor)",
     reference=_reference_backward, fake=_fake_backward, doc="gradients of rotary's q and k: the transposed rotation")
-OP = declared.declare("rotary(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim=1) -> (Tensor, Tensor)",
+OP = custom_ops.declare("rotary(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim=1) -> (Tensor, Tensor)",
                       reference=_reference, fake=_fake, backward=_autograd_backward, setup_context=_setup_context,
                       doc="q * cos + rotate_half(q) * sin, and the same for k")
 public_names.declare("rotary", "rotary")

@@ -11,7 +11,7 @@ import torch
 from packaging.version import Version
 
 from python_native.core.registry import REGISTRY
-from python_native.foundations import declared, dsl_registry, public_names, schema, uncompiled
+from python_native.foundations import custom_ops, dsl_registry, public_names, schema, uncompiled
 from python_native.foundations.dispatch_keys import check_switchable_keys
 from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
@@ -98,7 +98,7 @@ def _is_op_name(name: str) -> bool:
 def _namespaces() -> tuple[str, ...]:
     """Where overrides may sit: aten, the package's own namespace (custom ops), and any other
     namespace an override was registered in. Switches name ops without their namespace."""
-    return tuple(dict.fromkeys(("aten", declared.NAMESPACE, *(o.lib for o in REGISTRY.overrides()))))
+    return tuple(dict.fromkeys(("aten", custom_ops.NAMESPACE, *(o.lib for o in REGISTRY.overrides()))))
 
 
 def _normalise(values: tuple[Any, ...], what: str) -> tuple[tuple[str, ...], bool]:

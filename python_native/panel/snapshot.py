@@ -18,7 +18,7 @@ import torch
 from python_native.core import extensions
 from python_native.core.registry import REGISTRY
 from python_native.features import calibration
-from python_native.foundations import declared, dsl_registry, env, faults
+from python_native.foundations import custom_ops, dsl_registry, env, faults
 from python_native.foundations.dispatch_keys import unreachable_reason
 from python_native.foundations.switches import ALL
 from python_native.panel import bootstrap as _bootstrap
@@ -160,8 +160,8 @@ def _override_entry(o) -> dict:
     }
 
 
-def _declared_entry(d) -> dict:
-    return {"op": f"{declared.NAMESPACE}::{d.name}", "kind": d.kind, "autograd": d.autograd, "doc": d.doc}
+def _custom_op_entry(d) -> dict:
+    return {"op": f"{custom_ops.NAMESPACE}::{d.name}", "kind": d.kind, "autograd": d.autograd, "doc": d.doc}
 
 
 class _Sections:
@@ -193,7 +193,7 @@ class _Sections:
 
 # The keys of the snapshot's own data (``no_override_runs``: added by the status command); every
 # other key is a feature's section.
-OWN_KEYS = ("torch", "enabled", "dsls", "overrides", "declared_ops", "environment", "legend", "problems",
+OWN_KEYS = ("torch", "enabled", "dsls", "overrides", "custom_ops", "environment", "legend", "problems",
             "no_override_runs")
 
 
@@ -221,7 +221,7 @@ def _feature_sections(sections: _Sections) -> dict[str, Any]:
 
 
 def collect() -> dict:
-    """Torch version, every DSL, every override, the ops declared outside aten, each feature's
+    """Torch version, every DSL, every override, the custom ops (outside aten), each feature's
     section, the environment switches, the problems found with any of them (see ``faults``) and a
     legend. Never raises."""
     sections = _Sections()
@@ -230,7 +230,7 @@ def collect() -> dict:
         "enabled": not REGISTRY.is_off("all", ALL),  # the master switch, pn.enabled
         "dsls": sections.each("DSL", dsl_registry.names, _dsl_entry),
         "overrides": sections.each("override", REGISTRY.overrides, _override_entry),
-        "declared_ops": sections.each("declared op", declared.declared, _declared_entry),
+        "custom_ops": sections.each("custom op", custom_ops.defined, _custom_op_entry),
         **_feature_sections(sections),
         "environment": sections.run("environment switches", env.current, []),
         "legend": dict(LEGEND),

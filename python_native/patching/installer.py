@@ -197,11 +197,11 @@ def _say_what_serves(model: nn.Module, report: PatchReport, measure: bool) -> No
     ``pn.benchmark = False``) the ops they route to are installed there and timed on first use."""
     device = next((p.device for p in model.parameters()), None)
     key = "CPU" if device is None or device.type == "cpu" else device.type.upper()  # as runtime.device_key
-    ops = sorted({op for entry in report.patched for op in entry.declared})
+    ops = sorted({op for entry in report.patched for op in entry.custom_ops})
     timed = measure and device is not None and bool(ops) and calibration.measure_on_first_use(ops, device)
     installed = runtime.install_for_timing(tuple(ops), key) if timed else {}  # held back until timed
     for entry in report.patched:
-        entry.serves = runtime.serving_text(entry.declared, key) + installed.get((entry.declared or ("",))[0], "")
+        entry.serves = runtime.serving_text(entry.custom_ops, key) + installed.get((entry.custom_ops or ("",))[0], "")
         if timed and not entry.serves.startswith(OWN_CODE):
             entry.serves += "; each (dtype, size) timed on its first call against the op's reference, the faster serves"
 

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from python_native.core.registry import REGISTRY
-from python_native.foundations import declared, module_scope, public_names
+from python_native.foundations import custom_ops, module_scope, public_names
 from python_native.patching import installer, reach_table
 from python_native.patching.report import PatchReport
 
@@ -150,10 +150,10 @@ def _device_key(model: nn.Module) -> str:
 def _unserved(events: list, key: str) -> list[str]:
     """The custom ops the step called with no override installed at ``key`` (forwards seen in the
     trace, and the backwards declared with them)."""
-    called = {e.op for e in events if (e.reason or "").startswith(f"no override of {declared.NAMESPACE}::")}
-    mine = {d.name for d in declared.declared()}
+    called = {e.op for e in events if (e.reason or "").startswith(f"no override of {custom_ops.NAMESPACE}::")}
+    mine = {d.name for d in custom_ops.defined()}
     ops = {op for name in called for op in (name, *public_names.covered(name.partition(".")[0]))} & mine
-    return sorted(op for op in ops if not getattr(REGISTRY.slots.get((declared.NAMESPACE, op, key)), "overrides", None))
+    return sorted(op for op in ops if not getattr(REGISTRY.slots.get((custom_ops.NAMESPACE, op, key)), "overrides", None))
 
 
 def _stacked_experts(module: nn.Module) -> int:

@@ -30,7 +30,7 @@ class PatchEntry:
     detail: str  # how it is routed, or why it is left alone
     modules: list[str] = dataclasses.field(default_factory=list)
     ops: tuple[str, ...] = ()
-    declared: tuple[str, ...] = ()  # routed entries: the custom ops an override must serve for a call to take
+    custom_ops: tuple[str, ...] = ()  # routed entries: the custom ops an override must serve for a call to take
     serves: str = ""  # routed entries: what serves their calls on the model's device, and why
 
     @property
@@ -46,12 +46,12 @@ class PatchReport:
     entries: list[PatchEntry] = dataclasses.field(default_factory=list)
 
     def add(self, rule: str, target: str, kind: str, status: str, detail: str, module: str,
-            ops: tuple[str, ...] = (), declared: tuple[str, ...] = ()) -> None:
+            ops: tuple[str, ...] = (), custom_ops: tuple[str, ...] = ()) -> None:
         for entry in self.entries:
             if (entry.rule, entry.target, entry.status, entry.detail) == (rule, target, status, detail):
                 entry.modules.append(module)
                 return
-        self.entries.append(PatchEntry(rule, target, kind, status, detail, [module], ops, declared))
+        self.entries.append(PatchEntry(rule, target, kind, status, detail, [module], ops, custom_ops))
 
     @property
     def own_code(self) -> list[PatchEntry]:

@@ -1,7 +1,7 @@
 """What a patched forward does on each call besides computing: whether the package's op serves the
 call at all, the module scope, and what it tells an open trace.
 
-A patched forward routes a call to a declared op only where an override of that op is active at
+A patched forward routes a call to a custom op only where an override of that op is active at
 the input's dispatch key (``serves``: one dict lookup, kept current by the registry's refreshes).
 Elsewhere the op would run its plain-torch reference inside a custom op (a dispatch, a backward
 that recomputes, a graph Inductor cannot fuse), slower than the module's own code: so the module's
@@ -11,10 +11,10 @@ own code (the compiled unpatched model) and guards on the entry: an override swi
 recompiles.
 
 Each patched forward runs with ``module_scope`` set to its module's qualified name, so routed calls
-inside it (and the backwards of the declared ops it calls) carry that name in ``pn.trace()``. A
+inside it (and the backwards of the custom ops it calls) carry that name in ``pn.trace()``. A
 forward that hands a call back to the module's own code (a dtype no probe confirmed, an argument the
 op does not take) says so in an open trace, as a fallback event with the reason; so does a call of a
-declared op that no override can take at its key (the reference serves it). Nothing here costs more
+custom op that no override can take at its key (the reference serves it). Nothing here costs more
 than an attribute read while no trace is open; all state is thread-local attributes, which Dynamo
 traces (a compiled patched model keeps one graph).
 """
@@ -33,7 +33,7 @@ import torch
 
 from python_native.core import explainers, extensions
 from python_native.core.registry import REGISTRY
-from python_native.foundations import declared, module_scope
+from python_native.foundations import custom_ops, module_scope
 from python_native.patching.report import OWN_CODE
 
 MARK = "__python_native_patch__"  # set on every forward this package installs
@@ -49,13 +49,13 @@ class _State(threading.local):
 
 state = _State()
 
-# (declared op, dispatch key) -> whether an active override sits there; written by every refresh
-# of a declared op's slot (under the registry's lock), read by every patched call.
+# (custom op, dispatch key) -> whether an active override sits there; written by every refresh
+# of a custom op's slot (under the registry's lock), read by every patched call.
 _serving: dict[tuple[str, str], bool] = {}
 
 
 def _refreshed(slot: Any) -> None:
-    if slot.lib == declared.NAMESPACE:
+    if slot.lib == custom_ops.NAMESPACE:
         _serving[(slot.sig.qualified, slot.dispatch_key)] = bool(slot.active)
 
 
@@ -65,18 +65,18 @@ with REGISTRY.lock:
         _refreshed(_slot)
 
 
-def declared_ops(names: tuple[str, ...]) -> tuple[str, ...]:
-    """The declared overloads overrides attach to for the public op ``names`` (forward and backward
+def custom_ops_of(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The custom op overloads overrides attach to for the public op ``names`` (forward and backward
     of each): what must have an active override for a patched call to take the op."""
     wanted = {*names, *(f"{n}_backward" for n in names)}
-    found = [d.name for d in declared.declared() if d.kind == "reference" and d.packet in wanted]
+    found = [d.name for d in custom_ops.defined() if d.kind == "reference" and d.packet in wanted]
     return tuple(sorted(found, key=lambda name: "backward" in name))  # the forward first: events name it
 
 
 def rule_ops(rule_names: tuple[str, ...], plan: Any) -> tuple[str, ...]:
-    """``declared_ops`` of a rule's plan: the one op the plan names (``plan.op``), else every op of the rule."""
+    """``custom_ops_of`` of a rule's plan: the one op the plan names (``plan.op``), else every op of the rule."""
     op = getattr(plan, "op", None)
-    return declared_ops((op,) if op in rule_names else rule_names)
+    return custom_ops_of((op,) if op in rule_names else rule_names)
 
 
 def serves(ops: tuple[str, ...], key: str) -> bool:
@@ -91,11 +91,11 @@ def serving_text(ops: tuple[str, ...], key: str) -> str:
     """What serves a routed call of ``ops`` at ``key`` now: the overrides' DSLs, or the module's own
     code and why (for the patch report)."""
     if not ops:
-        return "its replacement (the rule names no declared op)"
+        return "its replacement (the rule names no custom op)"
     if not serves(ops, key):
         return f"{OWN_CODE} at {key}: {why_not_served(ops, key)}"
-    dsls = [o.dsl for op in ops if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key))) for o in slot.active]
-    return f"{', '.join(dict.fromkeys(dsls))} override of {declared.NAMESPACE}::{ops[0]} at {key}"
+    dsls = [o.dsl for op in ops if (slot := REGISTRY.slots.get((custom_ops.NAMESPACE, op, key))) for o in slot.active]
+    return f"{', '.join(dict.fromkeys(dsls))} override of {custom_ops.NAMESPACE}::{ops[0]} at {key}"
 
 
 def install_for_timing(ops: tuple[str, ...], key: str) -> dict[str, str]:
@@ -117,7 +117,7 @@ def install_for_timing(ops: tuple[str, ...], key: str) -> dict[str, str]:
     for name in done:
         dsl, op = name.split(" ", 1)
         found.setdefault(op, []).append(dsl)
-    return {op: f"; {', '.join(dsls)} override of {declared.NAMESPACE}::{op} installed at {key} by pn.patch, "
+    return {op: f"; {', '.join(dsls)} override of {custom_ops.NAMESPACE}::{op} installed at {key} by pn.patch, "
                 "to be timed there" for op, dsls in found.items()}
 
 
@@ -135,10 +135,10 @@ def first_tensor(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
 def why_not_served(ops: tuple[str, ...], key: str) -> str:
     """Why no override of ``ops`` serves at ``key``: none installed, or each one's switch named."""
     off = [f"{o.dsl}: {explainers.why_off(o)}" for op in ops
-           if (slot := REGISTRY.slots.get((declared.NAMESPACE, op, key))) is not None for o in slot.overrides]
+           if (slot := REGISTRY.slots.get((custom_ops.NAMESPACE, op, key))) is not None for o in slot.overrides]
     if not off:
-        return f"no override of {declared.NAMESPACE}::{ops[0]} is installed at {key}"
-    return f"no override of {declared.NAMESPACE}::{ops[0]} is active at {key} ({'; '.join(dict.fromkeys(off))})"
+        return f"no override of {custom_ops.NAMESPACE}::{ops[0]} is installed at {key}"
+    return f"no override of {custom_ops.NAMESPACE}::{ops[0]} is active at {key} ({'; '.join(dict.fromkeys(off))})"
 
 
 class Installed:
@@ -153,7 +153,7 @@ class Installed:
                  caller: bool = False, had_own: bool = False, previous: Any = None, ops: tuple[str, ...] = ()):
         self.name, self.target, self.owner, self.replacement, self.plan = name, target, owner, replacement, plan
         self.caller, self.had_own, self.previous = caller, had_own, previous
-        self.ops = ops  # the declared ops that must be served for the replacement to run (none: always)
+        self.ops = ops  # the custom ops that must be served for the replacement to run (none: always)
         self._impl: Callable[..., Any] | None = None
         self._own: Callable[..., Any] | None = None
         self.copied = False
@@ -267,11 +267,11 @@ def declined(op: str, where: torch.Tensor, reason: str) -> None:
 
 
 def routing(op: str, where: torch.Tensor) -> None:
-    """Before a call of declared ``op``: where no override is installed at its key, no router
+    """Before a call of custom op ``op``: where no override is installed at its key, no router
     records it, so an open trace hears here that the reference serves it."""
     if _traces.active:
         key = device_key(where)
-        slot = REGISTRY.slots.get((declared.NAMESPACE, op, key))
+        slot = REGISTRY.slots.get((custom_ops.NAMESPACE, op, key))
         if slot is None or not slot.overrides:
             _traces.emit((op, key, None, "fallback", None, None),
-                         f"no override of {declared.NAMESPACE}::{op} is installed at {key}: the reference ran")
+                         f"no override of {custom_ops.NAMESPACE}::{op} is installed at {key}: the reference ran")

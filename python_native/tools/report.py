@@ -34,10 +34,10 @@ def render(data: dict) -> str:
             lines += _wrapped(f"{p['source']}: {p['problem']}", "  ")
             lines += _wrapped(f"fix: {p['fix']}")
     lines += _dsl_lines(data["dsls"]) + _override_lines(data["overrides"])
-    if data.get("declared_ops"):
-        lines += ["", "Ops declared outside aten (overrides attach to them; their reference runs otherwise)"]
-        op_width = max(len(d["op"]) for d in data["declared_ops"])
-        for d in data["declared_ops"]:
+    if data.get("custom_ops"):
+        lines += ["", "Custom ops, outside aten (overrides attach to them; their reference runs otherwise)"]
+        op_width = max(len(d["op"]) for d in data["custom_ops"])
+        for d in data["custom_ops"]:
             lines.append(f"  {d['op']:<{op_width}}  {d['kind']}{', autograd' if d['autograd'] else ''}")
             if d["doc"]:
                 lines += _wrapped(d["doc"])

@@ -150,7 +150,7 @@ def test_the_python_function_calls_the_op():
 @pytest.mark.parametrize("mode", ["bypass", "keep"])
 @pytest.mark.override
 def test_torch_compile_runs_the_override_in_both_modes(mode):
-    """The declared op is opaque in compiled graphs in either mode; at run time the router decides."""
+    """The custom op is opaque in compiled graphs in either mode; at run time the router decides."""
     x, w, t, b = make_inputs(32, 16, 50, torch.float32)
     torch._dynamo.reset()
     with pn.compile_mode_set(mode), torch._inductor.config.patch(force_disable_caches=True):

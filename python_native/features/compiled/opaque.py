@@ -4,7 +4,7 @@ A twin has its aten op's schema. Under fake tensors it runs aten's meta kernel; 
 calls the aten op through the dispatcher, so the override router decides at run time.
 
 Twins take their aten op's name in the ``python_native`` namespace; ops the package declares there
-(``python_native.foundations.declared``) take names aten does not have, and are opaque in compiled graphs by
+(``python_native.foundations.custom_ops``) take names aten does not have, and are opaque in compiled graphs by
 themselves. Should aten ever grow a custom op's name, that op gets no twin (``not_opaque`` says why).
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from python_native.core.registry import REGISTRY
-from python_native.foundations import declared
+from python_native.foundations import custom_ops
 
-NAMESPACE = declared.NAMESPACE
+NAMESPACE = custom_ops.NAMESPACE
 
 _lock = threading.RLock()
 _library: torch.library.Library | None = None
@@ -61,7 +61,7 @@ def opaque_op(aten_op: Any) -> Any | None:
         schema = aten_op._schema
         name = aten_op.name().split("::", 1)[1]
         problem = _schema_problem(schema)
-        if problem is None and declared.is_declared(name.partition(".")[0]):
+        if problem is None and custom_ops.is_custom_op(name.partition(".")[0]):
             problem = f"{NAMESPACE}::{name.partition('.')[0]} is an op the package declares"
         if problem is not None:
             _unsupported[name] = problem

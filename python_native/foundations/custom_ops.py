@@ -1,4 +1,4 @@
-"""Operators outside aten, declared in the ``python_native`` namespace, that overrides attach to.
+"""Custom ops: operators outside aten, in the ``python_native`` namespace, that overrides attach to.
 
 aten has no operator for some fusions a DSL kernel can do (a linear layer and its cross-entropy
 loss, whose logits are never materialised). ``declare`` defines one through ``torch.library``:
@@ -41,8 +41,8 @@ log = logging.getLogger("python_native")
 
 
 @dataclass(frozen=True)
-class DeclaredOp:
-    """One declared overload, for the status report."""
+class CustomOp:
+    """One custom op overload, for the status report."""
 
     name: str  # qualified: "linear_cross_entropy" or "linear_cross_entropy.forward"
     schema: str
@@ -59,7 +59,7 @@ class DeclaredOp:
 
 
 _lock = threading.Lock()
-_declared: dict[str, DeclaredOp] = {}
+_ops: dict[str, CustomOp] = {}
 _libraries: list[torch.library.Library] = []  # kept alive: destroying one takes its op out
 # Loaders that declare ops when something first asks for them (the package's own ops: ``import torch``
 # does not pay for them). Each is idempotent (an import), so a thread that finds one running waits on it.
@@ -69,7 +69,7 @@ _loading = threading.local()  # set while this thread runs the deferred loaders
 
 def declare_on_first_use(load: Callable[[], Any]) -> None:
     """Run ``load()`` (it declares ops) the first time a custom op or a public name is looked up:
-    ``torch.ops.python_native.<name>``, ``declared()``, ``is_declared`` or ``public_names``."""
+    ``torch.ops.python_native.<name>``, ``defined()``, ``is_custom_op`` or ``public_names``."""
     if load not in deferred:
         deferred.append(load)
     namespace = getattr(torch.ops, NAMESPACE)
@@ -159,7 +159,7 @@ def declare(
             f"(the opaque twins of compile mode 'keep' use aten's names in this namespace)"
         )
     with _lock:
-        if name in _declared:
+        if name in _ops:
             raise ValueError(f"{NAMESPACE}::{name} is declared already")
         library = torch.library.Library(NAMESPACE, "FRAGMENT")
         qualified = f"{NAMESPACE}::{name}"
@@ -176,9 +176,9 @@ def declare(
             library._destroy()
             raise
         _libraries.append(library)
-        _declared[name] = DeclaredOp(name, schema, "composite" if composite is not None else "reference",
-                                     backward is not None, doc, reference)
-    log.debug("python_native: declared %s (%s)", qualified, _declared[name].kind)
+        _ops[name] = CustomOp(name, schema, "composite" if composite is not None else "reference",
+                               backward is not None, doc, reference)
+    log.debug("python_native: custom op %s defined (%s)", qualified, _ops[name].kind)
     overload = name.partition(".")[2] or "default"
     return getattr(getattr(getattr(torch.ops, NAMESPACE), packet), overload)
 
@@ -205,17 +205,17 @@ def _check_namesake(name: str, packet: str) -> None:
         )
 
 
-def declared() -> list[DeclaredOp]:
-    """Every declared overload, in declaration order."""
+def defined() -> list[CustomOp]:
+    """Every custom op overload, in the order they were defined."""
     if deferred:
         load_deferred()
     with _lock:
-        return list(_declared.values())
+        return list(_ops.values())
 
 
-def is_declared(name: str) -> bool:
+def is_custom_op(name: str) -> bool:
     """Whether ``name`` (``"packet"`` or ``"packet.overload"``) is a custom op of this namespace."""
     if deferred:
         load_deferred()
     with _lock:
-        return name in _declared or any(op.packet == name for op in _declared.values())
+        return name in _ops or any(op.packet == name for op in _ops.values())

@@ -1,4 +1,4 @@
-"""Ops declared outside aten (``python_native.foundations.declared``): overrides attach to them like to aten ops.
+"""Custom ops, outside aten (``python_native.foundations.custom_ops``): overrides attach to them like to aten ops.
 
 One op is declared for the whole module (a declaration lasts for the process): ``scaled(x, alpha)``,
 ``x * alpha`` in plain torch, with a fake kernel and autograd. The test DSL overrides it at the CPU
@@ -12,7 +12,7 @@ import torch
 
 import python_native as pn
 from conftest import TEST_DSL
-from python_native.foundations import declared
+from python_native.foundations import custom_ops
 
 NAME = "pn_test_scaled"
 
@@ -33,7 +33,7 @@ def _backward(ctx, grad):
     return grad * ctx.alpha, None
 
 
-OP = declared.declare(f"{NAME}(Tensor x, float alpha) -> Tensor", reference=_reference, fake=_fake,
+OP = custom_ops.declare(f"{NAME}(Tensor x, float alpha) -> Tensor", reference=_reference, fake=_fake,
                       backward=_backward, setup_context=_setup, doc="x * alpha")
 
 
@@ -84,8 +84,8 @@ def test_compiled_graphs_keep_the_op_and_reach_the_override(scaled_override):
     torch._dynamo.reset()
 
 
-def test_the_status_lists_declared_ops():
-    ops = {d["op"]: d for d in pn.status()["declared_ops"]}
+def test_the_status_lists_custom_ops():
+    ops = {d["op"]: d for d in pn.status()["custom_ops"]}
     assert ops[f"python_native::{NAME}"] == {"op": f"python_native::{NAME}", "kind": "reference", "autograd": True,
                                              "doc": "x * alpha"}
     assert ops["python_native::linear_cross_entropy.forward"]["autograd"]
@@ -94,18 +94,18 @@ def test_the_status_lists_declared_ops():
 
 def test_bad_declarations_are_refused():
     with pytest.raises(ValueError, match="aten has an op named 'softmax'"):
-        declared.declare("softmax(Tensor x) -> Tensor", reference=_reference, fake=_fake)
+        custom_ops.declare("softmax(Tensor x) -> Tensor", reference=_reference, fake=_fake)
     with pytest.raises(ValueError, match="declared already"):
-        declared.declare(f"{NAME}(Tensor x, float alpha) -> Tensor", reference=_reference, fake=_fake)
+        custom_ops.declare(f"{NAME}(Tensor x, float alpha) -> Tensor", reference=_reference, fake=_fake)
     with pytest.raises(ValueError, match="either reference= .* or composite="):
-        declared.declare("pn_test_nothing(Tensor x) -> Tensor")
+        custom_ops.declare("pn_test_nothing(Tensor x) -> Tensor")
     with pytest.raises(ValueError, match="needs fake="):
-        declared.declare("pn_test_no_fake(Tensor x) -> Tensor", reference=lambda x: x)
+        custom_ops.declare("pn_test_no_fake(Tensor x) -> Tensor", reference=lambda x: x)
     with pytest.raises(ValueError, match="needs both backward= and setup_context="):
-        declared.declare("pn_test_half(Tensor x) -> Tensor", reference=lambda x: x, fake=_fake, backward=_backward)
+        custom_ops.declare("pn_test_half(Tensor x) -> Tensor", reference=lambda x: x, fake=_fake, backward=_backward)
     with pytest.raises(ValueError, match="'name' or 'name.overload'"):
-        declared.declare("pn test(Tensor x) -> Tensor", reference=lambda x: x, fake=_fake)
-    assert not declared.is_declared("pn_test_nothing") and not declared.is_declared("pn_test_half")
+        custom_ops.declare("pn test(Tensor x) -> Tensor", reference=lambda x: x, fake=_fake)
+    assert not custom_ops.is_custom_op("pn_test_nothing") and not custom_ops.is_custom_op("pn_test_half")
 
 
 def test_switch_names_in_other_namespaces_are_still_refused():
