@@ -14,7 +14,7 @@ from types import ModuleType
 import torch
 
 from python_native_dsls.layout import Rows, as_rows
-from python_native_dsls.reasons import param, same
+from python_native_dsls.why import param, same
 
 Tensor = torch.Tensor
 

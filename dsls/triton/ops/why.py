@@ -1,7 +1,7 @@
 """Why the Triton kernels decline a call: the checks of their limits, each answering in words.
 
 The families' ``plan_or_why`` functions chain these (and the shared ones of
-``python_native_dsls.reasons``, re-exported here) and return their plan where none has anything
+``python_native_dsls.why``, re-exported here) and return their plan where none has anything
 to say. Each helper returns the first failing check's reason, or None where its checks pass.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from python_native_dsls.layout import Rows, as_rows
-from python_native_dsls.reasons import dtype, name, names, normalized, param, reduced_dim, same
+from python_native_dsls.why import dtype, name, names, normalized, param, reduced_dim, same
 
 from ..plans.elementwise import unit_rows
 from ..plans.layout import MAX_INDEX, MAX_NORM_BWD_COLS, MAX_NORM_COLS, backend_device, dense_like, on_backend, row_fits
