@@ -181,7 +181,7 @@ def test_backward_equals_atens_exactly():
 
 
 @pytest.mark.override
-def test_out_variants():
+def test_out_forms():
     x = make(5, 6, requires_grad=False)
     y, mask = torch.empty(0, device=DEVICE), torch.empty(0, dtype=torch.bool, device=DEVICE)
     with pn.trace() as t:

@@ -329,7 +329,7 @@ OUT_CASES = [(name, kind, layout, dtype) for name in OUT_OPS for kind in OUT_KIN
 
 @pytest.mark.parametrize("name, kind, layout, dtype", OUT_CASES,
                          ids=[f"{n}-{k}-{lay}-{str(d)[6:]}" for n, k, lay, d in OUT_CASES])
-def test_out_variants(name, kind, layout, dtype):
+def test_out_forms(name, kind, layout, dtype):
     inputs = [_on_device(t, dtype) for t in OPS[name].make(layout, _seed(name, layout))]
 
     def body() -> list[Tensor]:

@@ -186,7 +186,7 @@ def test_negative_eps_gives_nan_as_aten():
 
 
 @pytest.mark.override
-def test_out_variant():
+def test_out_form():
     x, w, b = make(2, 6, 4, 4, requires_grad=False), make(6, requires_grad=False), make(6, requires_grad=False)
     outs = [torch.empty(0, device=DEVICE) for _ in range(3)]
     with pn.trace() as t:

@@ -1,5 +1,5 @@
 """Reductions through the panel: what the conds decline (and aten's errors for it), ``out=``
-variants, switches, the op listing, the split path for long reduced axes, and the rule that keeps
+forms, switches, the op listing, the split path for long reduced axes, and the rule that keeps
 ops no GPU has timed off GPUs."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_empty_inputs_give_aten_results(name):
 
 
 @pytest.mark.override
-def test_out_variants_route_and_write_like_aten():
+def test_out_forms_route_and_write_like_aten():
     x = make(4, 33, requires_grad=False)
     out = torch.empty(0, device=DEVICE)
     got, ref, t = both(lambda: torch.sum(x, 1, out=out).clone())
