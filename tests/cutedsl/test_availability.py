@@ -43,7 +43,7 @@ def test_version_reported_when_installed():
     assert str(pn.cutedsl.version) == version("nvidia-cutlass-dsl")
 
 
-def test_every_family_declares_overrides_and_precompile_variants():
+def test_every_family_declares_overrides_and_precompile_specializations():
     ops_by_family = {f.name: {s.op for s in f.specs} for f in ops.families()}
     assert ops_by_family == {
         "rms_norm": {"_fused_rms_norm", "_fused_rms_norm_backward"},
@@ -51,7 +51,7 @@ def test_every_family_declares_overrides_and_precompile_variants():
         "layer_norm": {"native_layer_norm", "native_layer_norm_backward"},
         "reductions": {"sum.dim_IntList", "mean.dim", "amax", "amin"},
     }
-    declared = {op for op, _, _ in ops.precompile_variants()}
+    declared = {op for op, _, _ in ops.precompile_specializations()}
     assert declared == set().union(*ops_by_family.values())
 
 
@@ -113,5 +113,5 @@ def test_reduction_conds_take_unit_stride_last_dims_only(monkeypatch):
     assert maxed.explain(torch.empty(6, 0, device="meta"), [1]) == "empty input"
     assert summed.explain(torch.empty((), device="meta"), [0]) == "a 0-d input"
     assert all(not spec.measured for spec in reductions.FAMILY.specs)
-    assert {op for op, _, _ in reductions.precompile_variants()} == set(reductions.KINDS)
+    assert {op for op, _, _ in reductions.precompile_specializations()} == set(reductions.KINDS)
     reductions.FAMILY.clear_plans()

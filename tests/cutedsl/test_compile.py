@@ -89,7 +89,7 @@ print(json.dumps(out))
 """
 
 
-def test_vec_variants_move_16_bytes_per_access(tmp_path):
+def test_vec_specializations_move_16_bytes_per_access(tmp_path):
     """The ``vec`` specializations load and store bf16 rows 128 bits at a time (per-row fp32 statistics
     stay scalar); the plain ones move one element per access. Run apart: ``--keep-ptx`` writes
     files into the dump folder, which the compiler fixes when it is first used."""
@@ -108,7 +108,7 @@ def test_vec_variants_move_16_bytes_per_access(tmp_path):
         assert not any(".v4" in op for op in plain) and any(op.endswith("16") for op in plain), plain
 
 
-def test_backward_kernels_have_no_vec_variant(compiler):
+def test_backward_kernels_have_no_vec_specialization(compiler):
     from python_native_dsls.cutedsl.specialization import Specialization
 
     with pytest.raises(ValueError, match="'norm_backward' has no vectorized specialization"):

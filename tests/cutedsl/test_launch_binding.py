@@ -66,7 +66,7 @@ def test_vector_flags_need_whole_aligned_chunks():
     assert vector_flags(as_rows(x16(1, 64), 1), x16(1, 64)) == ("vec",)
 
 
-def test_programs_load_once_per_variant():
+def test_programs_load_once_per_specialization():
     from python_native_dsls.cutedsl.kernels import compiler
     from python_native_dsls.cutedsl.ops import _rows
 

@@ -37,6 +37,6 @@ def all_overrides() -> list[OverrideSpec]:
     return library(__name__, dispatch_key(), SKIPPED)
 
 
-def precompile_variants() -> list[tuple[str, str, object]]:
-    """``(op, size class, variant)`` for every declared specialization of every family."""
-    return [entry for module in _modules() for entry in getattr(module, "precompile_variants", list)()]
+def precompile_specializations() -> list[tuple[str, str, object]]:
+    """``(op, size class, specialization)`` for every declared specialization of every family."""
+    return [entry for module in _modules() for entry in getattr(module, "precompile_specializations", list)()]

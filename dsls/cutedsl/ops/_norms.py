@@ -24,7 +24,7 @@ def param_grad(part: torch.Tensor, param: torch.Tensor | None, wanted: bool) -> 
     return part.sum(0).view(param.shape).to(param.dtype)
 
 
-def norm_variants(forward: str, backward: str, flag_sets: tuple[tuple[str, ...], ...]) -> list[tuple[str, str, object]]:
+def norm_specializations(forward: str, backward: str, flag_sets: tuple[tuple[str, ...], ...]) -> list[tuple[str, str, object]]:
     """``(op, size class, specialization)`` for every dtype, size class and set of kernel flags:
     the forward also vectorized, the backward as is."""
     out: list[tuple[str, str, object]] = []

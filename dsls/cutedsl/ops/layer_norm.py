@@ -16,7 +16,7 @@ from python_native_dsls.verify_cases import LAYER_NORM
 
 from ..target import DSL_NAME
 from . import why
-from ._norms import norm_variants, param_grad, partial_sums
+from ._norms import norm_specializations, param_grad, partial_sums
 from ._rows import KERNELS, Rows, as_rows, backward_ctas, launcher, matrix, placeholder, stat_shape, vector_flags
 
 Tensor = torch.Tensor
@@ -72,6 +72,6 @@ FAMILY = Family(DSL_NAME, "layer_norm", [
 ], kernels=KERNELS)
 
 
-def precompile_variants() -> list[tuple[str, str, object]]:
+def precompile_specializations() -> list[tuple[str, str, object]]:
     """Every dtype and size class, affine (weight and bias) and plain; the forward also vectorized."""
-    return norm_variants("native_layer_norm", "native_layer_norm_backward", (("weight", "bias"), ()))
+    return norm_specializations("native_layer_norm", "native_layer_norm_backward", (("weight", "bias"), ()))

@@ -88,7 +88,7 @@ def _op(op: str) -> Op:
 FAMILY = Family(DSL_NAME, "reductions", [_op(op) for op in KINDS], kernels=KERNELS)
 
 
-def precompile_variants() -> list[tuple[str, str, object]]:
+def precompile_specializations() -> list[tuple[str, str, object]]:
     """Every dtype, size class and reduction, plain and vectorized."""
     from ..specialization import Specialization
 

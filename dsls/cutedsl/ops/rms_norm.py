@@ -16,7 +16,7 @@ from python_native_dsls.verify_cases import RMS_NORM
 
 from ..target import DSL_NAME
 from . import why
-from ._norms import norm_variants, param_grad, partial_sums
+from ._norms import norm_specializations, param_grad, partial_sums
 from ._rows import KERNELS, Rows, as_rows, backward_ctas, launcher, matrix, placeholder, stat_shape, vector_flags
 
 Tensor = torch.Tensor
@@ -68,6 +68,6 @@ FAMILY = Family(DSL_NAME, "rms_norm", [
 ], kernels=KERNELS)
 
 
-def precompile_variants() -> list[tuple[str, str, object]]:
+def precompile_specializations() -> list[tuple[str, str, object]]:
     """Every dtype and size class, with and without a weight; the forward also vectorized."""
-    return norm_variants("_fused_rms_norm", "_fused_rms_norm_backward", (("rms", "weight"), ("rms",)))
+    return norm_specializations("_fused_rms_norm", "_fused_rms_norm_backward", (("rms", "weight"), ("rms",)))

@@ -89,7 +89,7 @@ FAMILY = Family(DSL_NAME, "softmax", [
 ], kernels=KERNELS)
 
 
-def precompile_variants() -> list[tuple[str, str, object]]:
+def precompile_specializations() -> list[tuple[str, str, object]]:
     """Every dtype and size class, softmax and log-softmax, plus the fp16 -> fp32 (half_to_float) pair."""
     from ..specialization import Specialization
 

@@ -1,7 +1,7 @@
 """``python -m python_native inspect``: what each Triton kernel costs on a GPU, read without one.
 
 For every benchmark row (``bench``'s LLM rows and grid, per dtype) the overrides' own conds and
-impls plan the launches; each kernel variant is compiled ahead of time for ``--arch`` (registers,
+impls plan the launches; each kernel specialization is compiled ahead of time for ``--arch`` (registers,
 spills, shared memory, warps, occupancy, waves) and its global-memory bytes are counted in Triton's
 interpreter against the op's minimum. ``--check`` exits non-zero on a finding that
 ``python_native/tools/kernel_report/exceptions.py`` does not excuse.

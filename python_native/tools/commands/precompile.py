@@ -86,9 +86,9 @@ def _kernel_entries(args: argparse.Namespace) -> list | None:
     # Compiling needs no device; hiding devices keeps the compiler from probing one.
     os.environ.setdefault("CUTE_DSL_ARCH", args.arch)
     from python_native_dsls.cutedsl.kernels import compiler
-    from python_native_dsls.cutedsl.ops import precompile_variants
+    from python_native_dsls.cutedsl.ops import precompile_specializations
 
-    entries = precompile_variants()
+    entries = precompile_specializations()
     one_of("--arch", [args.arch], compiler.known_archs())
     args.op = for_ops("--op", [op for op, _, _ in entries], "CuTe DSL specialization").resolve(args.op)
     one_of("--dtype", args.dtype, sorted({v.dtype for _, _, v in entries}))
