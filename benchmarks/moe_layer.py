@@ -26,7 +26,7 @@ is the most the step holds at once beyond what existed before it
 (``python_native.tools.bench.memory``); time is the median of ``--repeat`` steps after a warm-up.
 Ratios are against *eager*, measured in the same run; *moe ops by* names the DSL that served the
 package's MoE ops in the variant's first step (from its trace). MoE layers are GEMM-bound: *TFLOP/s* is
-the experts' GEMM FLOPs of a forward and backward (``bench.rows.moe_flops``) over the step's time.
+the experts' GEMM FLOPs of a forward and backward (the ``moe_experts`` bench row's ``flops``) over the step's time.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 import python_native as pn  # noqa: E402
 from python_native.tools.bench.memory import peak_bytes  # noqa: E402
-from python_native.tools.bench.rows import moe_flops  # noqa: E402
+from python_native.tools.bench.rows import DECLARED  # noqa: E402
 from python_native.tools.bench.timing import median_ms  # noqa: E402
 
 SHAPES = {  # name -> (config type, config arguments)
@@ -144,7 +144,7 @@ def run(shape: str, args: argparse.Namespace) -> None:
     x = torch.randn(1, args.tokens, hidden, device=args.device).to(args.dtype).requires_grad_(True)
     grad = torch.randn(1, args.tokens, hidden, device=args.device).to(args.dtype)
     experts, inner = layer.experts.gate_up_proj.shape[0], layer.experts.gate_up_proj.shape[1] // 2
-    flops = moe_flops("moe_experts", (args.tokens, hidden, inner, experts, layer.gate.top_k), "fwd+bwd")
+    flops = DECLARED["moe_experts"].flops((args.tokens, hidden, inner, experts, layer.gate.top_k), "fwd+bwd")
     print(f"{shape}: {args.tokens} tokens, hidden {hidden}, {experts} experts, "
           f"{layer.gate.top_k} per token, {str(args.dtype).removeprefix('torch.')}, on {args.device}")
     if importlib.util.find_spec("liger_kernel") is None:

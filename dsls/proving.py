@@ -75,7 +75,8 @@ class BenchRow:
     whose gradients are reset between runs) and ``dy`` (the output's gradient, or None without
     ``grad``); ``call`` runs the op on them; ``formula`` is the plain-torch code the op replaces,
     which Inductor compiles for its column (None: no such column); ``bytes(shape, mode, itemsize)``
-    is the least any kernel must move (``mode``: ``"fwd"`` or ``"fwd+bwd"``).
+    is the least any kernel must move (``mode``: ``"fwd"`` or ``"fwd+bwd"``); ``flops(shape, mode)``,
+    for a row bound by its matrix products, the FLOPs they do (a rate is taken from them), else None.
 
     ``quick`` and ``full`` shapes are measured in every dtype asked for and in each of ``modes``
     (``FORWARD`` for ops whose backward is aten's own formula, or that have none); ``llm`` adds
@@ -91,6 +92,7 @@ class BenchRow:
     formula: Callable[[Tensors], Any] | None = None
     modes: tuple[str, ...] = BOTH
     llm: tuple[LlmCase, ...] = ()
+    flops: Callable[[tuple[int, ...], str], int] | None = None
 
 
 def leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:

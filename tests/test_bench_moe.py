@@ -43,9 +43,9 @@ def test_full_rows_hold_a_small_layer_and_qwen3_moe_in_bfloat16():
     tokens, hidden, inner, experts, k = QWEN3_MOE
     weights, acts = 3 * experts * inner * hidden * 2, tokens * (2 * hidden * 2 + k * (2 + 8))
     assert bench.bytes_moved(bench.Case("moe_experts", "fwd", QWEN3_MOE, torch.bfloat16)) == weights + acts
-    assert bench.rows.moe_flops("moe_experts", QWEN3_MOE, "fwd") == 2 * tokens * k * 3 * inner * hidden
-    assert bench.rows.moe_flops("moe_experts", QWEN3_MOE, "fwd+bwd") == 3 * bench.rows.moe_flops(
-        "moe_experts", QWEN3_MOE, "fwd")
+    flops = bench.rows.DECLARED["moe_experts"].flops
+    assert flops(QWEN3_MOE, "fwd") == 2 * tokens * k * 3 * inner * hidden
+    assert flops(QWEN3_MOE, "fwd+bwd") == 3 * flops(QWEN3_MOE, "fwd")
 
 
 @pytest.mark.slow  # four rows timed through Triton's interpreter: about 20 s

@@ -267,13 +267,22 @@ def _experts_bytes(shape: tuple[int, ...], mode: str, itemsize: int) -> int:
     return 3 * weights + 2 * acts + tokens * hidden * itemsize if mode == "fwd+bwd" else weights + acts
 
 
+def _experts_flops(shape: tuple[int, ...], mode: str) -> int:
+    """Two multiply-adds per weight per routed token (gate/up and down); the backward twice that
+    again (the inputs' and the weights' gradients)."""
+    tokens, hidden, inner, _, k = shape
+    forward = 2 * tokens * k * 3 * inner * hidden
+    return forward * (3 if mode == "fwd+bwd" else 1)
+
+
 # A small layer and Qwen3-30B-A3B's (hidden 2048, expert intermediate 768, 128 experts, top 8, 8192
 # tokens): GEMM-bound, their figure of merit is time; their bytes are the least any kernel must move.
 _ROUTE_ROW = BenchRow("moe_route", ((8, 16, 4),), ((2048, 64, 8), (8192, 128, 8)), _row_inputs,
                       lambda t: _ops().moe_route(t["logits"], t["k"], "softmax", False, True)[0], _route_bytes)
 _EXPERTS_ROW = BenchRow("moe_experts", ((8, 32, 16, 4, 2),), ((2048, 1024, 512, 16, 4), (8192, 2048, 768, 128, 8)),
                         _row_inputs, lambda t: _ops().moe_experts(t["hidden"], t["indices"], t["weights"], t["gate_up"],
-                                                                  t["down"]), _experts_bytes)
+                                                                  t["down"]), _experts_bytes,
+                        flops=_experts_flops)
 
 FAMILY = Family(DSL_NAME, "moe", [
     Op("moe_route", route_plan_or_why, route_impl, ROUTE_KEY, public_name="moe_route", measured=False, lib=NAMESPACE,

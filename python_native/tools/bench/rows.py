@@ -7,7 +7,7 @@ override), the custom ops' rows (``torch.ops.python_native.*``, what model patch
 beside theirs. A custom op's row calls the op: with the overrides on, the kernels; with the DSL
 disabled (the "aten" column), the op's reference, the plain-torch formula of the module it
 replaces, which Inductor compiles (``formula``). The MoE rows are GEMM-bound, so their figure of
-merit is time (``moe_flops`` gives the FLOPs a rate is taken from).
+merit is time (their row's ``flops`` gives the FLOPs a rate is taken from).
 """
 
 from __future__ import annotations
@@ -167,12 +167,3 @@ def bytes_moved(case: Case) -> int:
     """What the row must move at least (``BenchRow.bytes``): inputs read once, outputs written once."""
     return DECLARED[case.op].bytes(case.shape, case.mode, torch.empty((), dtype=case.dtype).element_size())
 
-
-def moe_flops(op: str, shape: tuple[int, ...], mode: str) -> int:
-    """The GEMM FLOPs of a ``moe_experts`` row (two multiply-adds per weight per routed token: gate/up
-    and down forward; the backward twice that again, inputs' and weights' gradients); 0 for others."""
-    if op != "moe_experts":
-        return 0
-    tokens, hidden, inner, _, k = shape
-    forward = 2 * tokens * k * 3 * inner * hidden
-    return forward * (3 if mode == "fwd+bwd" else 1)
